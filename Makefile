@@ -1,0 +1,32 @@
+# Two entry points that set themselves up on a fresh machine:
+#   make demo   - train a small model with monitoring on, write TensorBoard logs
+#   make test   - the whole test suite
+# Both create .venv (Python >= 3.10) and install the package with its extras.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,agents]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/keras-gradmon demo
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_keras.py
+
+clean:
+	rm -rf $(VENV) runs

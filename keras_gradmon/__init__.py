@@ -1,0 +1,45 @@
+"""keras_gradmon: gradient, weight and activation monitoring for Keras and
+tf-agents, computed inside the compiled (XLA) train step.
+
+Public names are imported on first use, so that `import keras_gradmon` (and
+the `keras-gradmon` command) does not import TensorFlow until it is needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the lazily imported names, for type checkers
+    from keras_gradmon.callbacks.summary import GradientSummaryCallback  # noqa: F401
+    from keras_gradmon.config import MonitorConfig  # noqa: F401
+    from keras_gradmon.optimizer import GradientMonitorOptimizer  # noqa: F401
+    from keras_gradmon.recorders.monitor_writer import write_summaries  # noqa: F401
+    from keras_gradmon.state import HistogramSnapshot, Snapshot  # noqa: F401
+    from keras_gradmon.stats.moments import STATISTICS  # noqa: F401
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "GradientMonitorOptimizer": "keras_gradmon.optimizer",
+    "GradientSummaryCallback": "keras_gradmon.callbacks.summary",
+    "HistogramSnapshot": "keras_gradmon.state",
+    "MonitorConfig": "keras_gradmon.config",
+    "STATISTICS": "keras_gradmon.stats.moments",
+    "Snapshot": "keras_gradmon.state",
+    "write_summaries": "keras_gradmon.recorders.monitor_writer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'keras_gradmon' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

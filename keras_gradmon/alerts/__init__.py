@@ -1,0 +1,47 @@
+"""Alert rules over the gradient statistics of successive summaries.
+
+Pure Python (no TensorFlow): rules receive one number per subject per
+summary step and return `Alert` records; `AlertEngine` routes metrics to
+rules and `RateLimiter` keeps the log readable.
+
+Example:
+
+>>> from keras_gradmon.alerts import AlertEngine, ThresholdRule
+>>> engine = AlertEngine([ThresholdRule(warning=10_000, critical=50_000)])
+>>> for step, norm in [(100, 5_191.0), (200, 130_486.0), (300, 826_256.0)]:
+...     for alert in engine.update(step, {"grad_norm": {"global": norm}}):
+...         print(alert.step, alert.tier)
+200 warning
+300 critical
+"""
+
+from keras_gradmon.alerts.base import EXPLOSION_HINT, GRAD_NONFINITE, GRAD_NORM, Rule
+from keras_gradmon.alerts.defaults import default_rules
+from keras_gradmon.alerts.engine import AlertEngine
+from keras_gradmon.alerts.events import CRITICAL, TIERS, WARNING, Alert, format_number
+from keras_gradmon.alerts.growth import GrowthRule
+from keras_gradmon.alerts.limiter import RateLimiter
+from keras_gradmon.alerts.nonfinite import NonFiniteRule
+from keras_gradmon.alerts.spike import SpikeRule
+from keras_gradmon.alerts.threshold import ThresholdRule
+from keras_gradmon.alerts.vanishing import VanishingRule
+
+__all__ = [
+    "CRITICAL",
+    "EXPLOSION_HINT",
+    "GRAD_NONFINITE",
+    "GRAD_NORM",
+    "TIERS",
+    "WARNING",
+    "Alert",
+    "AlertEngine",
+    "GrowthRule",
+    "NonFiniteRule",
+    "RateLimiter",
+    "Rule",
+    "SpikeRule",
+    "ThresholdRule",
+    "VanishingRule",
+    "default_rules",
+    "format_number",
+]

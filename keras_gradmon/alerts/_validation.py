@@ -1,0 +1,86 @@
+"""Constructor argument checks, raising `ValueError` in one house style.
+
+Every message names the argument in backticks and ends with
+"Received: name=value", e.g.
+"`warning` must be a positive finite number. Received: warning=-1".
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+
+
+def _fail(name: str, requirement: str, value: object) -> ValueError:
+    return ValueError(f"`{name}` must be {requirement}. Received: {name}={value!r}")
+
+
+def _is_real(value: object) -> bool:
+    # bool is an int subclass, but `warning=True` is a bug, not a threshold.
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def positive_finite(name: str, value: object) -> float:
+    """Returns `value` as a float if it is a positive finite number."""
+    if not (_is_real(value) and math.isfinite(value) and value > 0):
+        raise _fail(name, "a positive finite number", value)
+    return float(value)
+
+
+def greater_than_one(name: str, value: object) -> float:
+    """Returns `value` as a float if it is a finite number above 1."""
+    if not (_is_real(value) and math.isfinite(value) and value > 1):
+        raise _fail(name, "a finite number greater than 1", value)
+    return float(value)
+
+
+def open_unit_interval(name: str, value: object) -> float:
+    """Returns `value` as a float if it lies strictly between 0 and 1."""
+    if not (_is_real(value) and 0 < value < 1):
+        raise _fail(name, "a number strictly between 0 and 1", value)
+    return float(value)
+
+
+def positive_int(name: str, value: object) -> int:
+    """Returns `value` as an int if it is an integer >= 1."""
+    if not (_is_int(value) and value >= 1):
+        raise _fail(name, "a positive integer", value)
+    return int(value)
+
+
+def non_negative_int(name: str, value: object) -> int:
+    """Returns `value` as an int if it is an integer >= 0."""
+    if not (_is_int(value) and value >= 0):
+        raise _fail(name, "a non-negative integer", value)
+    return int(value)
+
+
+def non_empty_string(name: str, value: object) -> str:
+    """Returns `value` if it is a non-empty string."""
+    if not (isinstance(value, str) and value):
+        raise _fail(name, "a non-empty string", value)
+    return value
+
+
+def string(name: str, value: object) -> str:
+    """Returns `value` if it is a string (possibly empty)."""
+    if not isinstance(value, str):
+        raise _fail(name, "a string", value)
+    return value
+
+
+def subjects_pattern(value: object) -> re.Pattern[str] | None:
+    """Compiles the `subjects` filter; None means every subject."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _fail("subjects", "a regular expression string or None", value)
+    try:
+        return re.compile(value)
+    except re.error as err:
+        raise _fail("subjects", f"a valid regular expression ({err})", value) from err

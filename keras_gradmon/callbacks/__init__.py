@@ -1,0 +1,5 @@
+"""Thin Keras callbacks around the recorders."""
+
+from keras_gradmon.callbacks.summary import GradientSummaryCallback
+
+__all__ = ["GradientSummaryCallback"]

@@ -1,0 +1,198 @@
+"""`MonitorConfig`: every option of the monitor, validated at construction."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from keras_gradmon.stats.moments import STATISTICS
+
+#: A summary frequency: every N steps, or a callable from the int64 step
+#: tensor to a boolean tensor (it runs inside the compiled train step).
+Frequency = int | Callable[[Any], Any]
+
+_RESERVED_GROUP_NAMES = ("global",)
+
+
+def _is_positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _fail(name: str, requirement: str, value: object) -> None:
+    raise ValueError(f"`{name}` {requirement}. Received: {name}={value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MonitorConfig:
+    """Options of `GradientMonitorOptimizer`.
+
+    Args:
+        every_n_steps: When to compute scalar statistics: a positive int (on
+            steps 0, N, 2N, ... of the optimizer's iteration count) or a
+            callable from the int64 step tensor to a boolean tensor, traced
+            into the train step (so it must be plain tensor math).
+        histogram_every_n_steps: When to compute histogram bucket counts: a
+            positive int, a callable as above, or None for no histograms.
+        histogram_buckets: Number of equal-width histogram buckets (30, as
+            TensorBoard).
+        statistics: Which per-variable statistics to record, a subset of
+            `keras_gradmon.stats.STATISTICS`.
+        weight_statistics: Also record the statistics of the weights, and the
+            gradient-to-weight norm ratio of each variable.
+        per_variable: Record statistics per variable (global and group
+            norms are always recorded).
+        groups: Named groups of variables, `{name: regex}`; a variable belongs
+            to a group when `re.search(regex, variable_path)` matches. A
+            group's norm is the L2 norm of all its elements.
+        tag_scope: Inserted after the statistic in every TensorBoard tag
+            (`grad_norm/<tag_scope>/global`), so that several monitored
+            optimizers in one run (an actor and a critic) never collide.
+
+    Example:
+
+    >>> config = MonitorConfig(every_n_steps=10, groups={"head": "dense_2"})
+    >>> config.every_n_steps
+    10
+    """
+
+    every_n_steps: Frequency = 100
+    histogram_every_n_steps: Frequency | None = 1000
+    histogram_buckets: int = 30
+    statistics: tuple[str, ...] = STATISTICS
+    weight_statistics: bool = True
+    per_variable: bool = True
+    groups: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    tag_scope: str | None = None
+
+    def __post_init__(self) -> None:
+        self._validate_frequency("every_n_steps", self.every_n_steps)
+        if self.histogram_every_n_steps is not None:
+            self._validate_frequency(
+                "histogram_every_n_steps", self.histogram_every_n_steps
+            )
+        if not _is_positive_int(self.histogram_buckets):
+            _fail(
+                "histogram_buckets",
+                "must be a positive integer",
+                self.histogram_buckets,
+            )
+        self._validate_statistics()
+        for name in ("weight_statistics", "per_variable"):
+            if not isinstance(getattr(self, name), bool):
+                _fail(name, "must be a bool", getattr(self, name))
+        self._validate_groups()
+        if self.tag_scope is not None and (
+            not isinstance(self.tag_scope, str)
+            or not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.tag_scope)
+        ):
+            _fail(
+                "tag_scope",
+                "must be None or a non-empty string of letters, "
+                "digits, '_', '.' or '-'",
+                self.tag_scope,
+            )
+
+    @staticmethod
+    def _validate_frequency(name: str, value: object) -> None:
+        if not (_is_positive_int(value) or callable(value)):
+            _fail(
+                name,
+                "must be a positive integer or a callable from the step "
+                "tensor to a boolean tensor",
+                value,
+            )
+
+    def _validate_statistics(self) -> None:
+        value = self.statistics
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            _fail(
+                "statistics", f"must be a list of names from {list(STATISTICS)}", value
+            )
+        unknown = [name for name in value if name not in STATISTICS]
+        if unknown:
+            raise ValueError(
+                f"`statistics` contains unknown statistic {unknown[0]!r}. Valid "
+                f"names: {list(STATISTICS)}. Received: statistics={value!r}"
+            )
+        object.__setattr__(self, "statistics", tuple(value))
+
+    def _validate_groups(self) -> None:
+        groups = self.groups
+        if not isinstance(groups, Mapping):
+            _fail("groups", "must be a mapping from group name to regex", groups)
+        for name, pattern in groups.items():
+            if (
+                not isinstance(name, str)
+                or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name)
+                or name in _RESERVED_GROUP_NAMES
+            ):
+                raise ValueError(
+                    "Group names in `groups` must be non-empty strings of "
+                    "letters, digits, '_', '.' or '-', other than 'global'. "
+                    f"Received: groups={dict(groups)!r} (name {name!r})"
+                )
+            if not isinstance(pattern, str):
+                raise ValueError(
+                    f"`groups[{name!r}]` must be a regular expression string. "
+                    f"Received: groups[{name!r}]={pattern!r}"
+                )
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ValueError(
+                    f"`groups[{name!r}]` is not a valid regular expression "
+                    f"({error}). Received: groups[{name!r}]={pattern!r}"
+                ) from None
+        object.__setattr__(self, "groups", dict(groups))
+
+    # Conversion -----------------------------------------------------------
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The valid option names."""
+        return tuple(field.name for field in dataclasses.fields(cls))
+
+    @classmethod
+    def from_dict(cls, options: Mapping[str, Any]) -> MonitorConfig:
+        """Builds a config from a dict; unknown keys are an error.
+
+        Example:
+
+        >>> MonitorConfig.from_dict({"every_n_steps": 5}).every_n_steps
+        5
+        """
+        if not isinstance(options, Mapping):
+            raise ValueError(
+                f"A monitor config must be a mapping. Received: {options!r}"
+            )
+        unknown = sorted(set(options) - set(cls.field_names()))
+        if unknown:
+            raise ValueError(
+                f"Unknown monitor option(s) {unknown}. Valid options: "
+                f"{list(cls.field_names())}."
+            )
+        return cls(**options)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as plain Python data (lists and dicts)."""
+        result = {}
+        for name in self.field_names():
+            value = getattr(self, name)
+            if isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            result[name] = value
+        return result
+
+    def replace(self, **changes: Any) -> MonitorConfig:
+        """A copy with some options changed (validated like the original)."""
+        unknown = sorted(set(changes) - set(self.field_names()))
+        if unknown:
+            raise ValueError(
+                f"Unknown monitor option(s) {unknown}. Valid options: "
+                f"{list(self.field_names())}."
+            )
+        return dataclasses.replace(self, **changes)

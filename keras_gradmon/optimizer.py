@@ -1,0 +1,204 @@
+"""`GradientMonitorOptimizer`: a Keras 3 optimizer that records gradient
+statistics inside the compiled train step, then hands the gradients to the
+optimizer it wraps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+
+from keras_gradmon.config import MonitorConfig
+from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.state import HistogramSnapshot, Snapshot
+
+
+def _check_tensorflow_backend() -> None:
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "GradientMonitorOptimizer needs the TensorFlow backend of Keras. "
+            f"Received: KERAS_BACKEND={keras.backend.backend()!r}"
+        )
+
+
+def _resolve_config(
+    config: MonitorConfig | dict | None, options: dict
+) -> MonitorConfig:
+    if config is None:
+        config = MonitorConfig()
+    elif isinstance(config, dict):
+        config = MonitorConfig.from_dict(config)
+    elif not isinstance(config, MonitorConfig):
+        raise ValueError(
+            "`config` must be a keras_gradmon.MonitorConfig, a dict or None. "
+            f"Received: config={config!r}"
+        )
+    return config.replace(**options) if options else config
+
+
+@keras.saving.register_keras_serializable(package="keras_gradmon")
+class GradientMonitorOptimizer(keras.optimizers.Optimizer):
+    """Wraps a Keras optimizer and records gradient statistics in the step.
+
+    On summary steps (see `MonitorConfig.every_n_steps`) it computes, inside
+    the train step and under XLA too, per-variable gradient and weight
+    statistics, group norms and the global norm, and stores them in its own
+    non-trainable variables; on other steps it adds one graph conditional.
+    Then it calls `inner_optimizer.apply` with the same gradients, so with no
+    clipping configured training is bit-identical to the unwrapped optimizer.
+    `GradientSummaryCallback` (or `keras_gradmon.write_summaries`) writes the
+    recorded numbers to TensorBoard.
+
+    Args:
+        inner_optimizer: The `keras.optimizers.Optimizer` to wrap.
+        config: A `MonitorConfig` (or a dict of its options).
+        name: The optimizer's name.
+        **options: `MonitorConfig` options, overriding those of `config`.
+
+    Example:
+
+    ```python
+    optimizer = keras_gradmon.GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-3), every_n_steps=10, groups={"head": "dense_2"}
+    )
+    model.compile(optimizer=optimizer, loss="mse", jit_compile=True)
+    model.fit(x, y, callbacks=[keras_gradmon.GradientSummaryCallback("logs")])
+    ```
+    """
+
+    def __init__(
+        self,
+        inner_optimizer: keras.optimizers.Optimizer,
+        config: MonitorConfig | dict | None = None,
+        name: str | None = None,
+        **options: Any,
+    ) -> None:
+        _check_tensorflow_backend()
+        if not isinstance(inner_optimizer, keras.optimizers.Optimizer):
+            raise ValueError(
+                "`inner_optimizer` must be an instance of "
+                "`keras.optimizers.Optimizer` (for tf_keras optimizers, as "
+                "tf-agents uses, see keras_gradmon.legacy). Received: "
+                f"inner_optimizer={inner_optimizer!r} "
+                f"(of type {type(inner_optimizer).__name__})"
+            )
+        monitor_config = _resolve_config(config, options)
+        super().__init__(learning_rate=0.0, name=name)
+        self.monitor_config = monitor_config
+        self.inner_optimizer = inner_optimizer
+        self.monitor = GradientMonitor(self.monitor_config)
+
+    def _make_variable(
+        self, name: str, shape: tuple, dtype: str, initial: float
+    ) -> Any:
+        return self.add_variable(
+            shape=shape,
+            initializer=keras.initializers.Constant(initial),
+            dtype=dtype,
+            aggregation="none",
+            name=name,
+        )
+
+    def build(self, var_list: list) -> None:
+        self.monitor.build(var_list, self._make_variable)
+        self.inner_optimizer.build(var_list)
+        super().build(var_list)
+
+    @property
+    def variables(self) -> list:
+        return self._variables + self.inner_optimizer.variables
+
+    def apply(self, grads: list, trainable_variables: list | None = None) -> None:
+        grads = list(grads)
+        if trainable_variables is None:
+            if not self.built:
+                raise ValueError(
+                    "When passing `grads` without `trainable_variables`, the "
+                    "optimizer must already be built. Call "
+                    "`optimizer.build(trainable_variables)` first."
+                )
+            trainable_variables = self._trainable_variables
+        else:
+            trainable_variables = list(trainable_variables)
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(trainable_variables)
+            self.built = True
+        indices = [self._get_variable_index(v) for v in trainable_variables]
+        with keras.name_scope(self.name, caller=self):
+            self.monitor.record(self.iterations, grads, indices)
+        self.inner_optimizer.apply(grads, trainable_variables)
+
+    # Reading what was recorded ------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The latest recorded scalar statistics, as NumPy data.
+
+        Example:
+
+        >>> optimizer.snapshot().totals["grad_norm"]  # doctest: +SKIP
+        0.8123
+        """
+        self._check_built()
+        return self.monitor.snapshot()
+
+    def histogram_snapshot(self) -> HistogramSnapshot | None:
+        """The latest recorded histograms, or None if histograms are off."""
+        self._check_built()
+        return self.monitor.histogram_snapshot()
+
+    def _check_built(self) -> None:
+        if not self.built:
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} has recorded nothing yet: "
+                "it is built on the first train step (or by "
+                "`optimizer.build(model.trainable_variables)`)."
+            )
+
+    # Delegation, as keras.optimizers.LossScaleOptimizer does ------------------
+
+    @property
+    def learning_rate(self) -> Any:
+        return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, learning_rate: Any) -> None:
+        self.inner_optimizer.learning_rate = learning_rate
+
+    @property
+    def iterations(self) -> Any:
+        return self.inner_optimizer.iterations
+
+    def scale_loss(self, loss: Any) -> Any:
+        return self.inner_optimizer.scale_loss(loss)
+
+    def finalize_variable_values(self, var_list: list) -> None:
+        self.inner_optimizer.finalize_variable_values(var_list)
+
+    def get_config(self) -> dict:
+        # Only our own arguments: the base optimizer's are the inner one's.
+        config = self.monitor_config.to_dict()
+        for key in ("every_n_steps", "histogram_every_n_steps"):
+            if callable(config[key]):
+                raise ValueError(
+                    f"A callable `{key}` cannot be serialized. Use an int "
+                    f"to save this optimizer. Received: {key}={config[key]!r}"
+                )
+        return {
+            "name": self.name,
+            "inner_optimizer": keras.saving.serialize_keras_object(
+                self.inner_optimizer
+            ),
+            "config": config,
+        }
+
+    @classmethod
+    def from_config(
+        cls, config: dict, custom_objects: Any = None
+    ) -> GradientMonitorOptimizer:
+        config = dict(config)
+        inner = keras.saving.deserialize_keras_object(
+            config.pop("inner_optimizer"), custom_objects=custom_objects
+        )
+        return cls(inner, **config)

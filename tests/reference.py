@@ -1,0 +1,108 @@
+"""NumPy float64 references and TensorBoard event readers for the tests."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+from tensorboard.backend.event_processing import event_accumulator
+
+
+def flush_subnormals(values: np.ndarray) -> np.ndarray:
+    """Float32 subnormals set to zero, as TensorFlow's CPU kernels treat them."""
+    values = np.array(values, np.float32)
+    values[np.abs(values) < np.finfo(np.float32).tiny] = 0.0
+    return values
+
+
+def reference_statistics(values) -> dict[str, float]:
+    """The statistics of the finite elements of `values`, in float64."""
+    a = np.asarray(values, dtype=np.float64).ravel()
+    finite = a[np.isfinite(a)]
+    nan = float("nan")
+    has = finite.size > 0
+    return {
+        "norm": float(np.sqrt(np.sum(finite**2))) if has else 0.0,
+        "mean": float(np.mean(finite)) if has else nan,
+        "std": float(np.std(finite)) if has else nan,
+        "min": float(np.min(finite)) if has else nan,
+        "max": float(np.max(finite)) if has else nan,
+        "max_abs": float(np.max(np.abs(finite))) if has else 0.0,
+        "zero_fraction": float(np.mean(a == 0)) if a.size else 0.0,
+        "nonfinite": float(a.size - finite.size),
+    }
+
+
+def assert_statistics_close(actual: dict, expected: dict, rtol: float = 2e-6) -> None:
+    """Compares statistics with a tolerance relative to the data's scale."""
+    scale = expected["max_abs"]
+    for name, want in expected.items():
+        got = float(actual[name])
+        if np.isnan(want):
+            assert np.isnan(got), (name, got, want)
+            continue
+        if name == "nonfinite":
+            assert got == want, (name, got, want)
+            continue
+        if name == "zero_fraction":  # a float32 ratio of exact counts
+            assert abs(got - want) <= 1e-7 * want, (name, got, want)
+            continue
+        with np.errstate(over="ignore"):
+            if np.isinf(np.float32(want)):  # the true value exceeds float32
+                assert got == np.float32(want), (name, got, want)
+                continue
+        tol = rtol * max(scale, abs(want)) + 1e-300
+        if name == "norm":
+            tol = rtol * 4 * want + 1e-300
+        assert abs(got - want) <= tol, (name, got, want, tol)
+
+
+def reference_histogram(values, buckets: int) -> tuple[np.ndarray, float, float]:
+    """TensorBoard-convention bucket counts of the finite elements."""
+    a = np.asarray(values, dtype=np.float64).ravel()
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return np.zeros(buckets, np.int64), 0.0, 0.0
+    low, high = a.min(), a.max()
+    if low == high:
+        counts = np.zeros(buckets, np.int64)
+        counts[-1] = a.size
+        return counts, low, high
+    index = np.minimum(np.floor((a - low) / (high - low) * buckets), buckets - 1)
+    return np.bincount(index.astype(int), minlength=buckets), low, high
+
+
+def load_events(log_dir: str) -> event_accumulator.EventAccumulator:
+    """All scalars, tensors and histograms under `log_dir`, read by TensorBoard."""
+    files = glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
+    assert files, f"no event file in {log_dir}"
+    accumulator = event_accumulator.EventAccumulator(
+        log_dir,
+        size_guidance={
+            event_accumulator.SCALARS: 0,
+            event_accumulator.TENSORS: 0,
+            event_accumulator.HISTOGRAMS: 0,
+        },
+    )
+    accumulator.Reload()
+    return accumulator
+
+
+def scalar_series(events, tag: str) -> dict[int, float]:
+    """`{step: value}` of a scalar tag written with `tf.summary.scalar`."""
+    from tensorboard.util import tensor_util
+
+    return {
+        e.step: float(tensor_util.make_ndarray(e.tensor_proto))
+        for e in events.Tensors(tag)
+    }
+
+
+def histogram_series(events, tag: str) -> dict[int, np.ndarray]:
+    """`{step: [k, 3] buckets}` of a histogram tag."""
+    from tensorboard.util import tensor_util
+
+    return {
+        e.step: tensor_util.make_ndarray(e.tensor_proto) for e in events.Tensors(tag)
+    }
