@@ -152,8 +152,11 @@ class GradientMonitor:
         missing = tf.concat(
             [tf.fill([len(STATISTICS)], float("nan")), tf.zeros([1])], 0
         )
+        # The norm feeds group and global norms, the non-finite count the
+        # totals: both are always computed; the rest only when configured.
+        names = sorted({"norm", "nonfinite", *self.config.statistics})
         rows = [
-            tf.concat([stack_statistics(tensors[i]), tf.ones([1])], 0)
+            tf.concat([stack_statistics(tensors[i], names), tf.ones([1])], 0)
             if i in tensors
             else missing
             for i in range(len(self.variables))

@@ -66,7 +66,7 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         self._writer: MonitorWriter | None = None
         self._steps_done = 0
         self._epoch_steps_done = 0
-        self._pending = True
+        self._pending = False
 
     @property
     def monitor_writer(self) -> MonitorWriter:
@@ -80,7 +80,7 @@ class GradientSummaryCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs: dict | None = None) -> None:
         optimizer = find_monitored(self._optimizer or self.model.optimizer)
         self._steps_done = int(optimizer.iterations.numpy())
-        self._pending = True
+        self._pending = False
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._epoch_steps_done = 0
@@ -97,7 +97,8 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         )
         if due or self._pending:
             # A skipped (non-finite) step leaves the iteration count behind
-            # our count: keep looking until the expected summary shows up.
+            # our count: when a due summary is missing, keep looking each
+            # batch until it shows up.
             self._pending = not self.monitor_writer.write()
         self._update_logs(logs)
 

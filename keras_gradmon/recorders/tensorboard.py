@@ -8,13 +8,14 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 from tensorboard.plugins.histogram import metadata as histogram_metadata
+from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 
 class TensorBoardRecorder:
     """Writes `{tag: value}` scalars and `{tag: [k, 3]}` histograms.
 
-    All the values of one call go through one compiled `tf.function` (cached
-    per tag set), so writing a hundred tags costs about one eager op.
+    All the values of one call go through one `tf.function`, traced once per
+    recorder, so writing a hundred tags costs about one eager op.
 
     Args:
         log_dir: Directory for a new event file, created on the first write.
@@ -45,56 +46,56 @@ class TensorBoardRecorder:
 
     def write_scalars(self, values: Mapping[str, float], step: int) -> None:
         """Writes each `{tag: value}` as a scalar at `step`."""
-        if not values:
-            return
-        tags = tuple(values)
-        key = ("scalars", tags)
-        if key not in self._functions:
-            self._functions[key] = self._scalar_function(tags)
-        self._functions[key](
-            tf.constant([values[t] for t in tags], tf.float32),
-            tf.constant(step, tf.int64),
-        )
+        if values:
+            self._write("scalars", values, tf.float32, step)
 
     def write_histograms(self, histograms: Mapping[str, np.ndarray], step: int) -> None:
         """Writes each `{tag: [k, 3] (left, right, count)}` as a histogram."""
-        if not histograms:
-            return
-        tags = tuple(histograms)
-        key = ("histograms", tags)
-        if key not in self._functions:
-            self._functions[key] = self._histogram_function(tags)
-        self._functions[key](
-            tf.constant(np.stack([histograms[t] for t in tags]), tf.float64),
-            tf.constant(step, tf.int64),
-        )
+        if histograms:
+            self._write("histograms", histograms, tf.float64, step)
 
     def flush(self) -> None:
         if self._writer is not None:
             self._writer.flush()
 
-    def _scalar_function(self, tags: tuple[str, ...]) -> Callable:
+    def _write(
+        self, kind: str, data: Mapping[str, Any], dtype: tf.DType, step: int
+    ) -> None:
+        if kind not in self._functions:
+            self._functions[kind] = self._make_function(kind)
+        self._functions[kind](
+            tf.constant(list(data), tf.string),
+            tf.constant(np.stack([np.asarray(v) for v in data.values()]), dtype),
+            tf.constant(step, tf.int64),
+        )
+
+    def _make_function(self, kind: str) -> Callable:
+        # One trace per recorder: tags are a string tensor, looped over in
+        # the graph, so a new set of tags never retraces.
         writer = self.writer
+        plugin = scalar_metadata if kind == "scalars" else histogram_metadata
+        metadata = plugin.create_summary_metadata(
+            display_name="", description=""
+        ).SerializeToString()
+        rank = 1 if kind == "scalars" else 3
+        dtype = tf.float32 if kind == "scalars" else tf.float64
 
-        @tf.function(autograph=False, jit_compile=False)
-        def write(values: tf.Tensor, step: tf.Tensor) -> None:
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None], tf.string),
+                tf.TensorSpec([None] * rank, dtype),
+                tf.TensorSpec([], tf.int64),
+            ],
+            autograph=False,
+            jit_compile=False,
+        )
+        def write(tags: tf.Tensor, values: tf.Tensor, step: tf.Tensor) -> None:
             with writer.as_default():
-                for i, name in enumerate(tags):
-                    tf.summary.scalar(name, values[i], step=step)
 
-        return write
+                def body(i: tf.Tensor) -> tf.Tensor:
+                    tf.summary.write(tags[i], values[i], step=step, metadata=metadata)
+                    return i + 1
 
-    def _histogram_function(self, tags: tuple[str, ...]) -> Callable:
-        writer = self.writer
-        metadata = [
-            histogram_metadata.create_summary_metadata(display_name=t, description="")
-            for t in tags
-        ]
-
-        @tf.function(autograph=False, jit_compile=False)
-        def write(buckets: tf.Tensor, step: tf.Tensor) -> None:
-            with writer.as_default():
-                for i, name in enumerate(tags):
-                    tf.summary.write(name, buckets[i], step=step, metadata=metadata[i])
+                tf.while_loop(lambda i: i < tf.size(tags), body, [tf.constant(0)])
 
         return write

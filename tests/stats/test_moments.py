@@ -113,3 +113,25 @@ def test_known_values():
     assert float(out["zero_fraction"]) == 0.25
     assert float(out["min"]) == -4.0 and float(out["max"]) == 3.0
     np.testing.assert_allclose(float(out["mean"]), -1.0 / 3.0, rtol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "names", [("norm",), ("norm", "nonfinite"), ("mean",), ("std", "min"), ("max_abs",)]
+)
+def test_subsets_compute_only_what_is_asked(names, mode):
+    values = np.array([1e30, -2e30, np.nan, 0.0, 3e29], np.float32)
+    fn = compile_fn(lambda x: tensor_statistics(x, names), mode)
+    out = fn(tf.constant(values))
+    assert set(out) == set(names)
+    expected = reference_statistics(values)
+    assert_statistics_close(
+        {**expected, **{k: v.numpy() for k, v in out.items()}}, expected
+    )
+    stacked = stack_statistics(tf.constant(values), names).numpy()
+    for i, name in enumerate(STATISTICS):
+        assert np.isnan(stacked[i]) == (name not in names or np.isnan(expected[name]))
+
+
+def test_unknown_statistic_is_rejected():
+    with pytest.raises(ValueError, match="Unknown statistic 'median'"):
+        tensor_statistics(tf.ones([2]), ["norm", "median"])

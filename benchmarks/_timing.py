@@ -1,0 +1,105 @@
+"""Timing helpers shared by the benchmarks: interleaved repetitions, ratios to
+a baseline, and a plain-text or Markdown table. Framework-free (no TF import).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+
+def interleaved_times(
+    units: Mapping[str, Callable[[], object]], reps: int
+) -> dict[str, list[float]]:
+    """Seconds per call of each unit, `reps` times, the units taking turns.
+
+    Each repetition runs every unit once, in order, so slow drift of the
+    machine (thermal, other processes) hits all units alike. Warm up (compile)
+    the units before calling this.
+    """
+    times: dict[str, list[float]] = {name: [] for name in units}
+    for _ in range(reps):
+        for name, unit in units.items():
+            start = time.perf_counter()
+            unit()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def summarize(
+    times: Mapping[str, Sequence[float]],
+    baseline: str,
+    targets: Mapping[str, float] | None = None,
+) -> list[dict]:
+    """One row per unit: median and mean seconds, ratios to `baseline`.
+
+    `ratio` is median(unit) / median(baseline); `mean_ratio` the same with
+    means (it counts the rare expensive repetitions the median hides);
+    `spread` the (min, max) over repetitions of unit / baseline in the same
+    repetition. `ok` is whether `ratio` is within the unit's target, or None
+    when it has no target.
+    """
+    targets = targets or {}
+    base = times[baseline]
+    base_median, base_mean = statistics.median(base), statistics.fmean(base)
+    rows = []
+    for name, values in times.items():
+        per_rep = [v / b for v, b in zip(values, base, strict=True)]
+        ratio = statistics.median(values) / base_median
+        target = targets.get(name)
+        rows.append(
+            {
+                "name": name,
+                "times": list(values),
+                "median": statistics.median(values),
+                "ratio": ratio,
+                "mean_ratio": statistics.fmean(values) / base_mean,
+                "spread": (min(per_rep), max(per_rep)),
+                "target": target,
+                "ok": None if target is None else ratio <= target,
+            }
+        )
+    return rows
+
+
+def format_table(rows: Sequence[dict], markdown: bool = False) -> str:
+    """Rows of `summarize` (with an added "model" key) as a table."""
+    header = ["model", "variant", "s/epoch", "ratio vs A", "target", "pass/fail"]
+    if not markdown:
+        header[4:4] = ["min-max", "mean ratio"]
+    lines = []
+    for row in rows:
+        target = "-" if row["target"] is None else f"<= {row['target']:.2f}x"
+        verdict = {None: "-", True: "pass", False: "FAIL"}[row["ok"]]
+        cells = [
+            row["model"],
+            row["name"],
+            f"{row['median']:.3f}",
+            f"{row['ratio']:.2f}x",
+            target,
+            verdict,
+        ]
+        if not markdown:
+            low, high = row["spread"]
+            cells[4:4] = [f"{low:.2f}-{high:.2f}", f"{row['mean_ratio']:.2f}x"]
+        lines.append(cells)
+    if markdown:
+        rule = ["---"] * 2 + ["---:"] * 3 + [":---:"]
+        return "\n".join(
+            "| " + " | ".join(cells) + " |" for cells in [header, rule, *lines]
+        )
+    widths = [max(len(c[i]) for c in [header, *lines]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+        for cells in [header, *lines]
+    )
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask, where there is one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
