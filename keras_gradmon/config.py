@@ -147,7 +147,30 @@ class MonitorConfig:
                 ) from None
         object.__setattr__(self, "groups", dict(groups))
 
-    # Conversion -----------------------------------------------------------
+    # Presets and conversion --------------------------------------------------
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> MonitorConfig:
+        """A named bundle of options, Cockpit style, with `overrides` on top.
+
+        - `"economy"`: gradient norms and non-finite counts only (per
+          variable, group and global), no weight statistics, no
+          histograms: the cheapest setting for statistics every step.
+        - `"full"`: every statistic, for gradients and weights, and
+          histograms every 1000 steps (the defaults).
+
+        Example:
+
+        >>> MonitorConfig.preset("economy", every_n_steps=1).statistics
+        ('norm', 'nonfinite')
+        """
+        if name not in PRESETS:
+            raise ValueError(
+                f"Unknown preset {name!r}. Valid presets: {sorted(PRESETS)}. "
+                f"Received: name={name!r}"
+            )
+        return cls.from_dict({**PRESETS[name], **overrides})
+
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -196,3 +219,14 @@ class MonitorConfig:
                 f"{list(self.field_names())}."
             )
         return dataclasses.replace(self, **changes)
+
+
+#: The options of each `MonitorConfig.preset`.
+PRESETS: dict[str, dict[str, Any]] = {
+    "economy": {
+        "statistics": ("norm", "nonfinite"),
+        "weight_statistics": False,
+        "histogram_every_n_steps": None,
+    },
+    "full": {},
+}

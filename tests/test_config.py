@@ -76,3 +76,15 @@ def test_unknown_keys_list_the_valid_ones():
 def test_callable_frequency_is_accepted():
     config = MonitorConfig(every_n_steps=lambda step: step % 7 == 0)
     assert callable(config.every_n_steps)
+
+
+def test_presets():
+    economy = MonitorConfig.preset("economy", every_n_steps=1)
+    assert economy.statistics == ("norm", "nonfinite")
+    assert economy.weight_statistics is False
+    assert economy.histogram_every_n_steps is None
+    assert economy.every_n_steps == 1
+    assert MonitorConfig.preset("full") == MonitorConfig()
+    with pytest.raises(ValueError, match=r"Unknown preset 'cheap'. Valid presets: "
+                       r"\['economy', 'full'\]"):
+        MonitorConfig.preset("cheap")
