@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -49,6 +51,15 @@ class MonitorConfig:
         tag_scope: Inserted after the statistic in every TensorBoard tag
             (`grad_norm/<tag_scope>/global`), so that several monitored
             optimizers in one run (an actor and a critic) never collide.
+        clipping: None (no clipping) or `{"method": ..., **parameters}` with
+            method `"global_norm"` (`max_norm`), `"autoclip"`
+            (`percentile`, `history`), `"zclip"` (`alpha`, `z_threshold`,
+            `warmup`, ...) or `"agc"` (`clipping`, `eps`); an optional
+            `"enabled": False` keeps the settings but turns clipping off.
+            Clipping runs on every step, whatever the summary frequency.
+        skip_nonfinite: Skip the update (weights and the inner optimizer's
+            state untouched) on a step where any gradient holds NaN or Inf,
+            and count it.
 
     Example:
 
@@ -65,6 +76,8 @@ class MonitorConfig:
     per_variable: bool = True
     groups: Mapping[str, str] = dataclasses.field(default_factory=dict)
     tag_scope: str | None = None
+    clipping: Mapping[str, Any] | None = None
+    skip_nonfinite: bool = False
 
     def __post_init__(self) -> None:
         self._validate_frequency("every_n_steps", self.every_n_steps)
@@ -79,10 +92,11 @@ class MonitorConfig:
                 self.histogram_buckets,
             )
         self._validate_statistics()
-        for name in ("weight_statistics", "per_variable"):
+        for name in ("weight_statistics", "per_variable", "skip_nonfinite"):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, "must be a bool", getattr(self, name))
         self._validate_groups()
+        self._validate_clipping()
         if self.tag_scope is not None and (
             not isinstance(self.tag_scope, str)
             or not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.tag_scope)
@@ -147,6 +161,36 @@ class MonitorConfig:
                 ) from None
         object.__setattr__(self, "groups", dict(groups))
 
+    def _validate_clipping(self) -> None:
+        clipping = self.clipping
+        if clipping is None:
+            return
+        if not isinstance(clipping, Mapping) or "method" not in clipping:
+            _fail("clipping", 'must be None or a mapping with a "method" key', clipping)
+        options = dict(clipping)
+        enabled = options.pop("enabled", True)
+        if not isinstance(enabled, bool):
+            _fail("clipping['enabled']", "must be a bool", enabled)
+        from keras_gradmon.clipping import make_clip_rule
+
+        try:
+            make_clip_rule(**options)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"Invalid `clipping`: {error} (in clipping={dict(clipping)!r})"
+            ) from None
+        object.__setattr__(self, "clipping", {**options, "enabled": enabled})
+
+    @property
+    def clip_rule(self) -> Any:
+        """The configured `keras_gradmon.clipping` rule, or None when off."""
+        if self.clipping is None or not self.clipping["enabled"]:
+            return None
+        from keras_gradmon.clipping import make_clip_rule
+
+        options = {k: v for k, v in self.clipping.items() if k != "enabled"}
+        return make_clip_rule(**options)
+
     # Presets and conversion --------------------------------------------------
 
     @classmethod
@@ -170,7 +214,6 @@ class MonitorConfig:
                 f"Received: name={name!r}"
             )
         return cls.from_dict({**PRESETS[name], **overrides})
-
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -198,6 +241,46 @@ class MonitorConfig:
             )
         return cls(**options)
 
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> MonitorConfig:
+        """Reads a config from a JSON (`.json`) or YAML (`.yaml`, `.yml`) file.
+
+        The file holds the options as a mapping, optionally under a top-level
+        `monitor` key (so the monitor can share a file with other settings).
+
+        Example:
+
+        ```yaml
+        # monitor.yaml
+        every_n_steps: 10
+        clipping: {method: global_norm, max_norm: 1.0}
+        ```
+
+        >>> MonitorConfig.from_file("monitor.yaml")  # doctest: +SKIP
+        """
+        path = os.fspath(path)
+        suffix = os.path.splitext(path)[1].lower()
+        with open(path, encoding="utf-8") as file:
+            if suffix == ".json":
+                options = json.load(file)
+            elif suffix in (".yaml", ".yml"):
+                try:
+                    import yaml
+                except ImportError:
+                    raise ValueError(
+                        "Reading a YAML config needs PyYAML: pip install "
+                        f"'keras-gradmon[yaml]'. Received: path={path!r}"
+                    ) from None
+                options = yaml.safe_load(file)
+            else:
+                raise ValueError(
+                    "A config file must end in .json, .yaml or .yml. "
+                    f"Received: path={path!r}"
+                )
+        if isinstance(options, Mapping) and set(options) == {"monitor"}:
+            options = options["monitor"]
+        return cls.from_dict(options)
+
     def to_dict(self) -> dict[str, Any]:
         """The options as plain Python data (lists and dicts)."""
         result = {}
@@ -207,6 +290,8 @@ class MonitorConfig:
                 value = list(value)
             elif isinstance(value, Mapping):
                 value = dict(value)
+                if name == "clipping" and value.get("enabled", True):
+                    del value["enabled"]
             result[name] = value
         return result
 

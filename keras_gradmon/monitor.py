@@ -97,12 +97,14 @@ class GradientMonitor:
         self.paths = unique_paths(self.variables)
         self.group_members = match_groups(self.config.groups, self.paths)
         histograms = self.config.histogram_every_n_steps is not None
+        self.clip_rule = self.config.clip_rule
         self.state = MonitorState(
             make_variable,
             num_variables=len(self.variables),
             num_groups=len(self.group_members),
             buckets=self.config.histogram_buckets if histograms else None,
             weights=self.config.weight_statistics,
+            clip_spec=self.clip_rule.state_spec() if self.clip_rule else None,
         )
         self.built = True
 
@@ -113,21 +115,33 @@ class GradientMonitor:
         step: tf.Tensor,
         grads: Sequence[tf.Tensor | None],
         indices: Sequence[int],
-    ) -> None:
-        """Records statistics of `grads` if `step` is a summary step.
+    ) -> tuple[list[tf.Tensor | None], tf.Tensor]:
+        """Records statistics of `grads` on summary steps, and clips them.
 
         Args:
             step: The integer step (any int dtype) the gradients belong to.
             grads: Gradients, None for a variable without one.
             indices: The index (in the built variable order) of each
                 gradient's variable.
+
+        Returns:
+            `(grads to apply, finite)`: the gradients after the configured
+            clipping (None where the input was None) and whether every
+            gradient was finite (always True when neither clipping nor
+            `skip_nonfinite` is configured: nothing is computed for it).
         """
         step = tf.cast(step, tf.int64)
         by_index = {i: g for g, i in zip(grads, indices) if g is not None}
+        clipping = self._clip(by_index) if self._needs_global_norm else None
+        if self.config.skip_nonfinite:
+            # Counted before the statistics, so a summary of this very step
+            # already shows it; the wrapper does the skipping.
+            nonfinite = tf.logical_not(tf.math.is_finite(clipping["pre_norm"]))
+            self.state.skipped.assign_add(tf.cast(nonfinite, tf.int64))
         self._gated(
             self.config.every_n_steps,
             step,
-            lambda: self._record_statistics(step, by_index),
+            lambda: self._record_statistics(step, by_index, clipping),
         )
         if self.state.hist_step is not None:
             self._gated(
@@ -135,6 +149,49 @@ class GradientMonitor:
                 step,
                 lambda: self._record_histograms(step, by_index),
             )
+        if clipping is None:
+            return list(grads), tf.constant(True)
+        clipped = clipping["grads"]
+        out = [clipped[i] if g is not None else None for g, i in zip(grads, indices)]
+        return out, tf.math.is_finite(clipping["pre_norm"])
+
+    @property
+    def _needs_global_norm(self) -> bool:
+        return self.clip_rule is not None or self.config.skip_nonfinite
+
+    def _clip(self, grads: dict[int, tf.Tensor]) -> dict[str, Any]:
+        """Clips `grads` (every step) and counts the clipped steps."""
+        order = sorted(grads)
+        dense = [tf.convert_to_tensor(grads[i]) for i in order]
+        # The same global norm as tf.clip_by_global_norm (NaN if any NaN).
+        pre_norm = tf.cast(tf.linalg.global_norm(dense), tf.float32)
+        rule = self.clip_rule
+        if rule is None:
+            return {
+                "grads": dict(zip(order, dense)),
+                "pre_norm": pre_norm,
+                "post_norm": pre_norm,
+            }
+        weights = [tf.convert_to_tensor(self.variables[i]) for i in order]
+        state = {k: tf.convert_to_tensor(v) for k, v in self.state.clip.items()}
+        clipped, new_state = rule.clip(dense, weights, pre_norm, state)
+        for name, value in new_state.items():
+            self.state.clip[name].assign(value)
+        max_norm = getattr(rule, "max_norm", None)
+        if rule.name == "global_norm":
+            # Known without another pass over the gradients.
+            post_norm = tf.where(pre_norm < max_norm, pre_norm, max_norm)
+        else:
+            post_norm = tf.cast(tf.linalg.global_norm(clipped), tf.float32)
+        was_clipped = tf.cast(post_norm < pre_norm, tf.int64)
+        self.state.clip_counts.assign_add(
+            tf.stack([tf.constant(1, tf.int64), was_clipped])
+        )
+        return {
+            "grads": dict(zip(order, clipped)),
+            "pre_norm": pre_norm,
+            "post_norm": post_norm,
+        }
 
     @staticmethod
     def _gated(frequency: Frequency, step: tf.Tensor, fn: Any) -> None:
@@ -172,7 +229,12 @@ class GradientMonitor:
         ]
         return total, groups
 
-    def _record_statistics(self, step: tf.Tensor, grads: dict[int, tf.Tensor]) -> None:
+    def _record_statistics(
+        self,
+        step: tf.Tensor,
+        grads: dict[int, tf.Tensor],
+        clipping: dict[str, Any] | None,
+    ) -> None:
         state = self.state
         present = sorted(grads)
         grad_matrix = self._statistics_matrix(grads)
@@ -195,8 +257,28 @@ class GradientMonitor:
                 tf.stack([tf.stack(grad_groups), tf.stack(weight_groups)], axis=1)
             )
         missing = float(len(self.variables) - len(present))
+        nan = tf.constant(float("nan"))
+        pre_norm = post_norm = fraction = nan
+        if clipping is not None:
+            pre_norm, post_norm = clipping["pre_norm"], clipping["post_norm"]
+        if self.clip_rule is not None:
+            counts = tf.cast(state.clip_counts, tf.float32)
+            fraction = counts[1] / tf.maximum(counts[0], 1.0)
+            state.clip_counts.assign(tf.zeros([2], tf.int64))
+        skipped = tf.cast(state.skipped, tf.float32)
         state.totals.assign(
-            tf.stack([grad_total, weight_total, nonfinite, tf.constant(missing)])
+            tf.stack(
+                [
+                    grad_total,
+                    weight_total,
+                    nonfinite,
+                    tf.constant(missing),
+                    pre_norm,
+                    post_norm,
+                    fraction,
+                    skipped,
+                ]
+            )
         )
         state.stats_step.assign(step)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import tensorflow as tf
 
 from keras_gradmon.config import MonitorConfig
 from keras_gradmon.monitor import GradientMonitor
@@ -127,8 +128,18 @@ class GradientMonitorOptimizer(keras.optimizers.Optimizer):
             self.built = True
         indices = [self._get_variable_index(v) for v in trainable_variables]
         with keras.name_scope(self.name, caller=self):
-            self.monitor.record(self.iterations, grads, indices)
-        self.inner_optimizer.apply(grads, trainable_variables)
+            grads, finite = self.monitor.record(self.iterations, grads, indices)
+        if not self.monitor_config.skip_nonfinite:
+            self.inner_optimizer.apply(grads, trainable_variables)
+            return
+
+        # As LossScaleOptimizer: a graph conditional, weights and the inner
+        # optimizer's state untouched on a non-finite step.
+        def apply() -> tf.Tensor:
+            self.inner_optimizer.apply(grads, trainable_variables)
+            return tf.constant(True)
+
+        tf.cond(finite, apply, lambda: tf.constant(False))
 
     # Reading what was recorded ------------------------------------------------
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import tensorflow as tf
 
 from keras_gradmon.stats.moments import STATISTICS
 
@@ -26,6 +27,10 @@ GLOBAL_FIELDS: tuple[str, ...] = (
     "weight_norm",  # L2 norm of all weights
     "grad_nonfinite",  # number of NaN/Inf gradient elements
     "grad_missing",  # number of variables whose gradient was None
+    "clip_pre_norm",  # global norm before clipping (NaN/Inf included)
+    "clip_post_norm",  # global norm after clipping
+    "clip_fraction",  # fraction of steps clipped since the previous summary
+    "skipped_steps",  # non-finite steps skipped so far (skip_nonfinite)
 )
 
 #: A function that creates one state variable:
@@ -33,10 +38,6 @@ GLOBAL_FIELDS: tuple[str, ...] = (
 VariableFactory = Callable[[str, tuple, str, float], Any]
 
 NO_STEP = -1
-
-
-def _read(variable: Any) -> np.ndarray:
-    return np.asarray(variable.numpy())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +111,8 @@ class MonitorState:
         num_groups: Number of groups.
         buckets: Histogram buckets, or None for no histograms.
         weights: Whether weight statistics are kept.
+        clip_spec: The clipping rule's `state_spec()`, or None without
+            clipping.
     """
 
     def __init__(
@@ -119,7 +122,9 @@ class MonitorState:
         num_groups: int,
         buckets: int | None,
         weights: bool,
+        clip_spec: dict | None = None,
     ) -> None:
+        self._readers: dict[str, Any] = {}
         width = len(COLUMNS)
         self.stats_step = make_variable("stats_step", (), "int64", NO_STEP)
         self.grad = make_variable("grad_stats", (num_variables, width), "float32", 0)
@@ -130,6 +135,14 @@ class MonitorState:
         )
         self.groups = make_variable("group_norms", (num_groups, 2), "float32", 0)
         self.totals = make_variable("totals", (len(GLOBAL_FIELDS),), "float32", 0)
+        # Every step: [steps, clipped steps] since the last summary, and the
+        # cumulative count of skipped (non-finite) steps.
+        self.clip_counts = make_variable("clip_counts", (2,), "int64", 0)
+        self.skipped = make_variable("skipped_steps", (), "int64", 0)
+        self.clip = {
+            name: make_variable(f"clip_{name}", shape, dtype, initial)
+            for name, (shape, dtype, initial) in (clip_spec or {}).items()
+        }
         self.hist_step = None
         if buckets is not None:
             self.hist_step = make_variable("hist_step", (), "int64", NO_STEP)
@@ -157,50 +170,56 @@ class MonitorState:
 
     def snapshot(self, paths: Sequence[str], groups: Sequence[str]) -> Snapshot:
         """Reads the latest scalar statistics (one consistent step)."""
-
-        def read() -> Snapshot:
-            group_norms = _read(self.groups)
-            totals = _read(self.totals)
-            return Snapshot(
-                step=int(self.stats_step.numpy()),
-                paths=tuple(paths),
-                groups=tuple(groups),
-                grad=_read(self.grad),
-                weight=_read(self.weight) if self.weight is not None else None,
-                group_grad_norm=group_norms[:, 0],
-                group_weight_norm=group_norms[:, 1],
-                totals={k: float(v) for k, v in zip(GLOBAL_FIELDS, totals)},
-            )
-
-        return _consistent(self.stats_step, read)
+        names = ["stats_step", "grad", "weight", "groups", "totals"]
+        values = self._read_together("scalars", names)
+        group_norms = values["groups"]
+        return Snapshot(
+            step=int(values["stats_step"]),
+            paths=tuple(paths),
+            groups=tuple(groups),
+            grad=values["grad"],
+            weight=values.get("weight"),
+            group_grad_norm=group_norms[:, 0],
+            group_weight_norm=group_norms[:, 1],
+            totals={k: float(v) for k, v in zip(GLOBAL_FIELDS, values["totals"])},
+        )
 
     def histogram_snapshot(self, paths: Sequence[str]) -> HistogramSnapshot | None:
         """Reads the latest histograms, or None when histograms are off."""
         if self.hist_step is None:
             return None
+        names = [
+            "hist_step",
+            "grad_counts",
+            "grad_range",
+            "weight_counts",
+            "weight_range",
+        ]
+        values = self._read_together("histograms", names)
+        grad_range = values["grad_range"]
+        return HistogramSnapshot(
+            step=int(values["hist_step"]),
+            paths=tuple(paths),
+            grad_counts=values["grad_counts"],
+            grad_range=grad_range[:, :2],
+            weight_counts=values.get("weight_counts"),
+            weight_range=values.get("weight_range"),
+            has_grad=grad_range[:, 2] > 0,
+        )
 
-        def read() -> HistogramSnapshot:
-            weights = self.weight_counts is not None
-            grad_range = _read(self.grad_range)
-            return HistogramSnapshot(
-                step=int(self.hist_step.numpy()),
-                paths=tuple(paths),
-                grad_counts=_read(self.grad_counts),
-                grad_range=grad_range[:, :2],
-                weight_counts=_read(self.weight_counts) if weights else None,
-                weight_range=_read(self.weight_range) if weights else None,
-                has_grad=grad_range[:, 2] > 0,
+    def _read_together(self, kind: str, names: list[str]) -> dict[str, np.ndarray]:
+        # One compiled read of all the variables (one host round trip), and
+        # again if a newer step landed meanwhile: Keras may run callbacks on
+        # a worker thread while the next step runs.
+        present = [n for n in names if getattr(self, n, None) is not None]
+        if kind not in self._readers:
+            variables = [getattr(self, n) for n in present]
+            self._readers[kind] = tf.function(
+                lambda: [tf.identity(v) for v in variables], autograph=False
             )
-
-        return _consistent(self.hist_step, read)
-
-
-def _consistent(step_variable: Any, read: Callable[[], Any]) -> Any:
-    # Keras may run callbacks on a worker thread while the next step runs;
-    # re-read when a newer step landed while we were reading.
-    for _ in range(5):
-        before = int(step_variable.numpy())
-        result = read()
-        if int(step_variable.numpy()) == before == result.step:
-            return result
-    return result
+        step_variable = getattr(self, present[0])
+        for _ in range(5):
+            values = [np.asarray(v) for v in self._readers[kind]()]
+            if int(step_variable.numpy()) == int(values[0]):
+                break
+        return dict(zip(present, values))

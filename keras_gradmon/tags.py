@@ -11,6 +11,9 @@ Tags put the statistic first so that TensorBoard groups cards by statistic:
 | `grad_<stat>/<variable path>`         | per-variable statistic (see STATISTICS) |
 | `weight_norm/...`, `weight_<stat>/...` | the same for the weights        |
 | `grad_to_weight/<variable path>`      | gradient norm / weight norm             |
+| `clip/pre_norm`, `clip/post_norm`     | global norm before / after clipping     |
+| `clip/scale`, `clip/fraction`         | post/pre norm; fraction of steps clipped|
+| `skipped/steps`                       | non-finite steps skipped so far         |
 | `grad_hist/<variable path>`           | gradient histogram                      |
 | `weight_hist/<variable path>`         | weight histogram                        |
 
@@ -49,6 +52,14 @@ def scalar_summaries(snapshot: Snapshot, config: MonitorConfig) -> dict[str, flo
         tag("grad_nonfinite", GLOBAL, scope): totals["grad_nonfinite"],
         tag("grad_missing", GLOBAL, scope): totals["grad_missing"],
     }
+    if config.clip_rule is not None:
+        pre, post = totals["clip_pre_norm"], totals["clip_post_norm"]
+        out[tag("clip", "pre_norm", scope)] = pre
+        out[tag("clip", "post_norm", scope)] = post
+        out[tag("clip", "scale", scope)] = 1.0 if pre == 0 else post / pre
+        out[tag("clip", "fraction", scope)] = totals["clip_fraction"]
+    if config.skip_nonfinite:
+        out[tag("skipped", "steps", scope)] = totals["skipped_steps"]
     weights = snapshot.weight is not None
     if weights:
         out[tag("weight_norm", GLOBAL, scope)] = totals["weight_norm"]

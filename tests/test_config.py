@@ -85,6 +85,9 @@ def test_presets():
     assert economy.histogram_every_n_steps is None
     assert economy.every_n_steps == 1
     assert MonitorConfig.preset("full") == MonitorConfig()
-    with pytest.raises(ValueError, match=r"Unknown preset 'cheap'. Valid presets: "
-                       r"\['economy', 'full'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"Unknown preset 'cheap'. Valid presets: "
+        r"\['economy', 'full'\]",
+    ):
         MonitorConfig.preset("cheap")
