@@ -168,7 +168,7 @@ def bench_model(name: str, reps: int, quick: bool, log_root: str) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, help="repetitions (default 5, quick 2)")
+    parser.add_argument("--reps", type=int, help="repetitions (default 9, quick 2)")
     parser.add_argument("--models", default="mlp,conv", help="comma-separated")
     parser.add_argument("--quick", action="store_true", help="1/4 data, 2 reps")
     parser.add_argument("--json", metavar="PATH", help="write the results here")
@@ -178,7 +178,7 @@ def main() -> None:
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         parser.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
-    reps = args.reps or (2 if args.quick else 5)
+    reps = args.reps or (2 if args.quick else 9)
 
     env = environment()
     print(", ".join(f"{k} {v}" for k, v in env.items()), flush=True)

@@ -11,9 +11,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the lazily imported names, for type checkers
+    from keras_gradmon.callbacks.alerts import GradientAlertCallback  # noqa: F401
     from keras_gradmon.callbacks.summary import GradientSummaryCallback  # noqa: F401
     from keras_gradmon.config import MonitorConfig  # noqa: F401
     from keras_gradmon.optimizer import GradientMonitorOptimizer  # noqa: F401
+    from keras_gradmon.recorders.alerts import (  # noqa: F401
+        AlertChecker,
+        GradientAlertError,
+    )
     from keras_gradmon.recorders.monitor_writer import write_summaries  # noqa: F401
     from keras_gradmon.state import HistogramSnapshot, Snapshot  # noqa: F401
     from keras_gradmon.stats.moments import STATISTICS  # noqa: F401
@@ -21,6 +26,9 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "AlertChecker": "keras_gradmon.recorders.alerts",
+    "GradientAlertCallback": "keras_gradmon.callbacks.alerts",
+    "GradientAlertError": "keras_gradmon.recorders.alerts",
     "GradientMonitorOptimizer": "keras_gradmon.optimizer",
     "GradientSummaryCallback": "keras_gradmon.callbacks.summary",
     "HistogramSnapshot": "keras_gradmon.state",

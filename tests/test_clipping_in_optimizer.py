@@ -64,7 +64,7 @@ def test_clip_fraction_counts_steps_since_the_last_summary(mode):
         clipping={"method": "global_norm", "max_norm": float(norms[0]) * 0.5},
     )
     step = _step_fn(model, optimizer, mode)
-    for i in range(4):
+    for _ in range(4):
         step(x, y, False)
     # Steps 1, 2, 3 clipped after the summary at step 0 (which counted 1 of 1).
     assert optimizer.snapshot().totals["clip_fraction"] == 1.0

@@ -74,6 +74,9 @@ class AlertEngine:
             )
         self.limiter = limiter
         self.history: list[Alert] = []
+        #: Names of the rules whose condition held at the last update (before
+        #: rate limiting): what a 0/1 flag per rule shows.
+        self.fired: set[str] = set()
 
     def update(
         self, step: int, metrics: Mapping[str, Mapping[str, float]]
@@ -89,10 +92,14 @@ class AlertEngine:
             The alerts emitted for this step, in rule order.
         """
         alerts: list[Alert] = []
-        for rule in self.rules.values():
+        self.fired = set()
+        for name, rule in self.rules.items():
             values = metrics.get(rule.metric)
             if values is not None:
-                alerts.extend(rule.update(step, values))
+                found = rule.update(step, values)
+                if found:
+                    self.fired.add(name)
+                alerts.extend(found)
         if self.limiter is not None:
             alerts = self.limiter.filter(alerts)
         self.history.extend(alerts)

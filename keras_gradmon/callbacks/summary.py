@@ -7,15 +7,9 @@ from typing import Any
 
 import keras
 
+from keras_gradmon.callbacks.schedule import SummarySchedule, monitored_iterations
 from keras_gradmon.recorders.monitor_writer import MonitorWriter, find_monitored
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
-
-
-def _may_have_fired(frequency: Any, first: int, end: int) -> bool:
-    """Whether an int frequency has a summary step in [first, end)."""
-    if callable(frequency):
-        return True
-    return end > first and -(-first // frequency) * frequency < end
 
 
 class GradientSummaryCallback(keras.callbacks.Callback):
@@ -64,9 +58,7 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         self._optimizer = optimizer
         self.logs_key = logs_key
         self._writer: MonitorWriter | None = None
-        self._steps_done = 0
-        self._epoch_steps_done = 0
-        self._pending = False
+        self._schedule: SummarySchedule | None = None
 
     @property
     def monitor_writer(self) -> MonitorWriter:
@@ -78,28 +70,20 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         return self._writer
 
     def on_train_begin(self, logs: dict | None = None) -> None:
+        config = self.monitor_writer.monitor.config
+        self._schedule = SummarySchedule(
+            [config.every_n_steps, config.histogram_every_n_steps]
+        )
         optimizer = find_monitored(self._optimizer or self.model.optimizer)
-        self._steps_done = int(optimizer.iterations.numpy())
-        self._pending = False
+        self._schedule.start(monitored_iterations(optimizer))
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._epoch_steps_done = 0
+        if self._schedule is not None:
+            self._schedule.epoch_start()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        first = self._steps_done
-        self._steps_done += batch + 1 - self._epoch_steps_done
-        self._epoch_steps_done = batch + 1
-        config = self.monitor_writer.monitor.config
-        due = any(
-            _may_have_fired(frequency, first, self._steps_done)
-            for frequency in (config.every_n_steps, config.histogram_every_n_steps)
-            if frequency is not None
-        )
-        if due or self._pending:
-            # A skipped (non-finite) step leaves the iteration count behind
-            # our count: when a due summary is missing, keep looking each
-            # batch until it shows up.
-            self._pending = not self.monitor_writer.write()
+        if self._schedule is not None and self._schedule.due(batch):
+            self._schedule.found(self.monitor_writer.write())
         self._update_logs(logs)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:

@@ -1,0 +1,118 @@
+"""`GradientAlertCallback`: alerts on exploding, vanishing and non-finite
+gradients during `fit`, and optionally stops or fails training."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import keras
+
+from keras_gradmon.alerts import Alert
+from keras_gradmon.alerts.base import Rule
+from keras_gradmon.callbacks.schedule import SummarySchedule, monitored_iterations
+from keras_gradmon.recorders.alerts import Action, AlertChecker, validate_actions
+
+
+class GradientAlertCallback(keras.callbacks.Callback):
+    """Runs alert rules on each fresh summary of a `GradientMonitorOptimizer`.
+
+    Each alert is one readable log line (logger "keras_gradmon"), an
+    `alerts/<rule>` scalar (0 or 1 at each summary) when `log_dir` or
+    `writer` is given, an entry of `alerts` and, optionally, a JSON line.
+    Keras `logs` get `grad_alerts`, the number of alerts so far. The tier's
+    action then runs: "log", "stop" (sets `model.stop_training`, as
+    `TerminateOnNaN` does), "raise" (`GradientAlertError` with the step, rule
+    and value) or a callable taking the `Alert`.
+
+    Rules see each summary once (a rule never fires again on numbers it has
+    seen), and `cooldown_steps` / `max_per_rule` keep a bad run from
+    flooding the console.
+
+    Args:
+        rules: Rules by name (or a list); None for
+            `keras_gradmon.alerts.default_rules()` (non-finite gradients,
+            10x growth within 3 summaries, spikes).
+        actions: `{"warning": action, "critical": action}`; "log" by default.
+        optimizer: The monitored optimizer; defaults to `model.optimizer`.
+        log_dir: Directory for the `alerts/<rule>` scalars, or `writer`.
+        writer: An existing `tf.summary` writer.
+        jsonl_path: Append each alert as a JSON line to this file.
+        cooldown_steps: Do not repeat the same rule, tier and subject within
+            this many steps.
+        max_per_rule: At most this many alerts per rule and tier.
+
+    Example:
+
+    ```python
+    from keras_gradmon.alerts import ThresholdRule
+    model.fit(x, y, callbacks=[keras_gradmon.GradientAlertCallback(
+        rules=[ThresholdRule(warning=1e4, critical=5e4)],
+        actions={"critical": "stop"})])
+    ```
+    """
+
+    def __init__(
+        self,
+        rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
+        actions: Mapping[str, Action] | None = None,
+        optimizer: Any = None,
+        log_dir: str | None = None,
+        writer: Any = None,
+        jsonl_path: str | None = None,
+        cooldown_steps: int = 0,
+        max_per_rule: int | None = None,
+    ) -> None:
+        super().__init__()
+        self._options = dict(
+            rules=rules,
+            actions=actions,
+            log_dir=log_dir,
+            writer=writer,
+            jsonl_path=jsonl_path,
+            cooldown_steps=cooldown_steps,
+            max_per_rule=max_per_rule,
+        )
+        validate_actions(actions)  # at construction, not at fit time
+        self._optimizer = optimizer
+        self.checker: AlertChecker | None = None
+        self._schedule: SummarySchedule | None = None
+
+    @property
+    def alerts(self) -> list[Alert]:
+        """Every alert emitted so far, in order."""
+        return self.checker.history if self.checker else []
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        if self.checker is None:
+            self.checker = AlertChecker(
+                self._optimizer or self.model.optimizer, **self._options
+            )
+        config = self.checker.optimizer.monitor.config
+        self._schedule = SummarySchedule([config.every_n_steps])
+        self._schedule.start(monitored_iterations(self.checker.optimizer))
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        if self._schedule is not None:
+            self._schedule.epoch_start()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self._schedule is not None and self._schedule.due(batch):
+            fresh = self._check()
+            self._schedule.found(fresh)
+        self._update_logs(logs)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self._check()
+        self._update_logs(logs)
+
+    def _check(self) -> bool:
+        before = self.checker.checked_step
+        self.checker.check()
+        if self.checker.stop_requested:
+            self.model.stop_training = True
+        return self.checker.checked_step != before
+
+    def _update_logs(self, logs: dict | None) -> None:
+        if logs is not None:
+            logs["grad_alerts"] = float(len(self.alerts))

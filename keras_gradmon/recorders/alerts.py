@@ -1,0 +1,187 @@
+"""`AlertChecker`: runs the alert rules on each fresh summary of a monitored
+optimizer and delivers what fires: log line, TensorBoard flag, JSON Lines,
+and the action of the alert's tier."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from keras_gradmon.alerts import CRITICAL, TIERS, WARNING, Alert, AlertEngine
+from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.limiter import RateLimiter
+from keras_gradmon.recorders.monitor_writer import find_monitored
+from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+from keras_gradmon.state import NO_STEP, Snapshot
+from keras_gradmon.tags import GLOBAL, tag
+
+#: What to do when an alert of a tier fires: "log" (only the log line),
+#: "stop" (end `fit` after this batch, as `TerminateOnNaN` does), "raise"
+#: (`GradientAlertError`), or a callable taking the `Alert`.
+Action = str | Callable[[Alert], Any]
+ACTIONS = ("log", "stop", "raise")
+
+logger = logging.getLogger("keras_gradmon")
+
+
+class GradientAlertError(RuntimeError):
+    """Raised by the "raise" action; carries the alert that fired.
+
+    Attributes:
+        alert: The `Alert`; also `step`, `rule` and `value` directly.
+    """
+
+    def __init__(self, alert: Alert) -> None:
+        super().__init__(alert.message)
+        self.alert = alert
+        self.step = alert.step
+        self.rule = alert.rule
+        self.value = alert.value
+
+
+def validate_actions(actions: Mapping[str, Action] | None) -> dict[str, Action]:
+    resolved: dict[str, Action] = {WARNING: "log", CRITICAL: "log"}
+    if actions is None:
+        return resolved
+    if not isinstance(actions, Mapping):
+        raise ValueError(
+            f"`actions` must be a mapping from tier {list(TIERS)} to an action. "
+            f"Received: actions={actions!r}"
+        )
+    for tier, action in actions.items():
+        if tier not in TIERS:
+            raise ValueError(
+                f"`actions` has unknown tier {tier!r}; tiers are {list(TIERS)}. "
+                f"Received: actions={dict(actions)!r}"
+            )
+        if not (callable(action) or action in ACTIONS):
+            raise ValueError(
+                f"`actions[{tier!r}]` must be one of {list(ACTIONS)} or a callable. "
+                f"Received: actions[{tier!r}]={action!r}"
+            )
+        resolved[tier] = action
+    return resolved
+
+
+def summary_metrics(snapshot: Snapshot) -> dict[str, dict[str, float]]:
+    """The numbers the rules read, from one snapshot: `grad_norm` and
+    `grad_nonfinite` of "global", each group and each variable with a
+    gradient."""
+    norms = {GLOBAL: snapshot.totals["grad_norm"]}
+    norms.update(zip(snapshot.groups, map(float, snapshot.group_grad_norm)))
+    norms.update(snapshot.grad_stat("norm"))
+    nonfinite = snapshot.grad_stat("nonfinite")
+    return {"grad_norm": norms, "grad_nonfinite": nonfinite}
+
+
+class AlertChecker:
+    """Checks the alert rules against a monitored optimizer's statistics.
+
+    The call for training outside `model.fit`: after a custom-loop step or
+    an `agent.train(...)` call, `checker.check()` looks at the newest
+    summary (two small host reads when there is none) and returns the
+    alerts it raised, after logging them and running their tier's action.
+
+    Args:
+        optimizer: A `GradientMonitorOptimizer` (Keras 3 or tf_keras), or an
+            optimizer wrapping one.
+        rules: Rules by name (or a list); None for
+            `keras_gradmon.alerts.default_rules()`.
+        actions: `{tier: action}` for "warning" and "critical"; each "log"
+            (default), "stop", "raise" or a callable taking the `Alert`.
+        log_dir: Where to write `alerts/<rule>` (0 or 1 at each summary);
+            or `writer`, an existing `tf.summary` writer. Neither: none.
+        jsonl_path: Append each alert as one JSON line to this file.
+        cooldown_steps: The same rule, tier and subject is not reported
+            again within this many steps (a critical passes a warning's).
+        max_per_rule: At most this many alerts per rule and tier.
+
+    Example:
+
+    ```python
+    checker = keras_gradmon.AlertChecker(
+        optimizer, rules=[ThresholdRule(warning=1e4, critical=5e4)],
+        actions={"critical": "raise"})
+    for experience in dataset:
+        agent.train(experience)
+        checker.check()
+    ```
+    """
+
+    def __init__(
+        self,
+        optimizer: Any,
+        rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
+        actions: Mapping[str, Action] | None = None,
+        log_dir: str | None = None,
+        writer: Any = None,
+        jsonl_path: str | None = None,
+        cooldown_steps: int = 0,
+        max_per_rule: int | None = None,
+    ) -> None:
+        self.optimizer = find_monitored(optimizer)
+        self.actions = validate_actions(actions)
+        self.engine = AlertEngine(
+            rules, RateLimiter(cooldown_steps=cooldown_steps, max_per_rule=max_per_rule)
+        )
+        self._recorder = (
+            TensorBoardRecorder(log_dir=log_dir, writer=writer)
+            if log_dir is not None or writer is not None
+            else None
+        )
+        self.jsonl_path = jsonl_path
+        self.stop_requested = False
+        #: The step of the last summary the rules saw.
+        self.checked_step = NO_STEP
+
+    @property
+    def history(self) -> list[Alert]:
+        """Every alert emitted so far, in order."""
+        return self.engine.history
+
+    def check(self) -> list[Alert]:
+        """Runs the rules on the newest summary, once; returns its alerts.
+
+        Raises:
+            GradientAlertError: When an alert's tier has the "raise" action.
+        """
+        monitor = self.optimizer.monitor
+        if not monitor.built:
+            return []
+        step, _ = monitor.state.steps()
+        if step in (NO_STEP, self.checked_step):
+            return []
+        snapshot = monitor.snapshot()
+        self.checked_step = snapshot.step
+        alerts = self.engine.update(snapshot.step, summary_metrics(snapshot))
+        self._deliver(snapshot.step, alerts)
+        return alerts
+
+    def _deliver(self, step: int, alerts: list[Alert]) -> None:
+        for alert in alerts:
+            level = logging.CRITICAL if alert.tier == CRITICAL else logging.WARNING
+            logger.log(level, alert.message)
+        if self.jsonl_path and alerts:
+            with open(self.jsonl_path, "a", encoding="utf-8") as file:
+                for alert in alerts:
+                    file.write(json.dumps(alert.to_dict()) + "\n")
+        if self._recorder is not None:
+            scope = self.optimizer.monitor.config.tag_scope
+            self._recorder.write_scalars(
+                {
+                    tag("alerts", name, scope): float(name in self.engine.fired)
+                    for name in self.engine.rules
+                },
+                step,
+            )
+            self._recorder.flush()
+        for alert in alerts:
+            action = self.actions[alert.tier]
+            if action == "stop":
+                self.stop_requested = True
+            elif action == "raise":
+                raise GradientAlertError(alert)
+            elif callable(action):
+                action(alert)
