@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from keras_gradmon.alerts import _validation
+from keras_gradmon import _validation
 from keras_gradmon.alerts.events import WARNING, Alert
 
 #: Metric read by the norm-based rules.

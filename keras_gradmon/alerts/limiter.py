@@ -6,7 +6,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterable
 
-from keras_gradmon.alerts import _validation
+from keras_gradmon import _validation
 from keras_gradmon.alerts.events import TIERS, Alert
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from keras_gradmon.alerts import _validation
+from keras_gradmon import _validation
 from keras_gradmon.alerts.base import EXPLOSION_HINT, Rule
 from keras_gradmon.alerts.events import Alert, format_number
 

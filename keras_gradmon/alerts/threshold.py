@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from keras_gradmon.alerts import _validation
+from keras_gradmon import _validation
 from keras_gradmon.alerts.base import EXPLOSION_HINT, Rule
 from keras_gradmon.alerts.events import CRITICAL, Alert, format_number
 

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from keras_gradmon.clipping import _validation
+from keras_gradmon import _validation
 from keras_gradmon.clipping.base import StateSpec, compute_dtype
 
 # Guards the division where a unit's gradient norm is 0 (the reference's

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import tensorflow as tf
 
-from keras_gradmon.clipping import _validation
+from keras_gradmon import _validation
 from keras_gradmon.clipping.base import StateSpec, scale_by_global_norm
 
 

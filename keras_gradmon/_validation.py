@@ -1,5 +1,7 @@
 """Constructor argument checks, raising `ValueError` in one house style.
 
+Shared by the alert rules and the clipping rules (no TensorFlow import).
+
 Every message names the argument in backticks and ends with
 "Received: name=value", e.g.
 "`warning` must be a positive finite number. Received: warning=-1".
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from collections.abc import Sequence
 
 
 def _fail(name: str, requirement: str, value: object) -> ValueError:
@@ -30,6 +33,20 @@ def positive_finite(name: str, value: object) -> float:
     if not (_is_real(value) and math.isfinite(value) and value > 0):
         raise _fail(name, "a positive finite number", value)
     return float(value)
+
+
+def in_closed_range(name: str, value: object, low: float, high: float) -> float:
+    """Returns `value` as a float if `low <= value <= high`."""
+    if not (_is_real(value) and low <= value <= high):
+        raise _fail(name, f"a number between {low:g} and {high:g}", value)
+    return float(value)
+
+
+def one_of(name: str, value: object, choices: Sequence[str]) -> str:
+    """Returns `value` if it is one of the strings in `choices`."""
+    if not (isinstance(value, str) and value in choices):
+        raise _fail(name, f"one of {sorted(choices)}", value)
+    return value
 
 
 def greater_than_one(name: str, value: object) -> float:
