@@ -177,10 +177,9 @@ class GradientMonitor:
         clipped, new_state = rule.clip(dense, weights, pre_norm, state)
         for name, value in new_state.items():
             self.state.clip[name].assign(value)
-        max_norm = getattr(rule, "max_norm", None)
         if rule.name == "global_norm":
-            # Known without another pass over the gradients.
-            post_norm = tf.where(pre_norm < max_norm, pre_norm, max_norm)
+            # Known without another pass over the gradients (NaN stays NaN).
+            post_norm = tf.minimum(pre_norm, rule.max_norm)
         else:
             post_norm = tf.cast(tf.linalg.global_norm(clipped), tf.float32)
         was_clipped = tf.cast(post_norm < pre_norm, tf.int64)
