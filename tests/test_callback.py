@@ -200,3 +200,22 @@ def test_callback_needs_a_monitored_optimizer(tmp_path):
 def test_callback_needs_exactly_one_destination():
     with pytest.raises(ValueError, match=r"exactly one of `log_dir` and `writer`"):
         GradientSummaryCallback()
+
+
+def test_steps_per_execution_writes_each_summary(tmp_path):
+    x, y = data(n=256)
+    model = mlp()
+    optimizer = GradientMonitorOptimizer(
+        keras.optimizers.SGD(0.05), every_n_steps=4, histogram_every_n_steps=None
+    )
+    model.compile(optimizer, LOSS, steps_per_execution=4, jit_compile=True)
+    model.fit(
+        x,
+        y,
+        batch_size=16,
+        epochs=1,
+        verbose=0,
+        callbacks=[GradientSummaryCallback(str(tmp_path))],
+    )
+    series = scalar_series(load_events(str(tmp_path)), "grad_norm/global")
+    assert sorted(series) == [0, 4, 8, 12]
