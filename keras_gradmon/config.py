@@ -295,6 +295,34 @@ class MonitorConfig:
             result[name] = value
         return result
 
+    @classmethod
+    def resolve(
+        cls, config: MonitorConfig | Mapping[str, Any] | None, options: Mapping
+    ) -> MonitorConfig:
+        """The config a wrapper was given: `config` (an instance, a dict or
+        None for the defaults) with keyword `options` on top."""
+        if config is None:
+            config = cls()
+        elif isinstance(config, Mapping):
+            config = cls.from_dict(config)
+        elif not isinstance(config, cls):
+            raise ValueError(
+                "`config` must be a keras_gradmon.MonitorConfig, a dict or None. "
+                f"Received: config={config!r}"
+            )
+        return config.replace(**options) if options else config
+
+    def to_serializable_dict(self) -> dict[str, Any]:
+        """`to_dict()`, refusing callables (they cannot be saved with a model)."""
+        options = self.to_dict()
+        for key in ("every_n_steps", "histogram_every_n_steps"):
+            if callable(options[key]):
+                raise ValueError(
+                    f"A callable `{key}` cannot be serialized. Use an int "
+                    f"to save this optimizer. Received: {key}={options[key]!r}"
+                )
+        return options
+
     def replace(self, **changes: Any) -> MonitorConfig:
         """A copy with some options changed (validated like the original)."""
         unknown = sorted(set(changes) - set(self.field_names()))

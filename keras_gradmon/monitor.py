@@ -317,6 +317,38 @@ class GradientMonitor:
         return self.state.histogram_snapshot(self.paths)
 
 
+class MonitoredOptimizer:
+    """What both optimizer wrappers (Keras 3, tf_keras) offer to read back
+    what their `monitor` recorded."""
+
+    monitor: GradientMonitor
+    name: str
+
+    def snapshot(self) -> Snapshot:
+        """The latest recorded scalar statistics, as NumPy data.
+
+        Example:
+
+        >>> optimizer.snapshot().totals["grad_norm"]  # doctest: +SKIP
+        0.8123
+        """
+        self._check_monitor_built()
+        return self.monitor.snapshot()
+
+    def histogram_snapshot(self) -> HistogramSnapshot | None:
+        """The latest recorded histograms, or None if histograms are off."""
+        self._check_monitor_built()
+        return self.monitor.histogram_snapshot()
+
+    def _check_monitor_built(self) -> None:
+        if not self.monitor.built:
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r} has recorded nothing yet: "
+                "it is built on the first train step (or by "
+                "`optimizer.build(variables)`)."
+            )
+
+
 def make_tf_variable(
     name: str, shape: tuple, dtype: str, initial: float
 ) -> tf.Variable:

@@ -11,8 +11,7 @@ import keras
 import tensorflow as tf
 
 from keras_gradmon.config import MonitorConfig
-from keras_gradmon.monitor import GradientMonitor
-from keras_gradmon.state import HistogramSnapshot, Snapshot
+from keras_gradmon.monitor import GradientMonitor, MonitoredOptimizer
 
 
 def _check_tensorflow_backend() -> None:
@@ -23,23 +22,8 @@ def _check_tensorflow_backend() -> None:
         )
 
 
-def _resolve_config(
-    config: MonitorConfig | dict | None, options: dict
-) -> MonitorConfig:
-    if config is None:
-        config = MonitorConfig()
-    elif isinstance(config, dict):
-        config = MonitorConfig.from_dict(config)
-    elif not isinstance(config, MonitorConfig):
-        raise ValueError(
-            "`config` must be a keras_gradmon.MonitorConfig, a dict or None. "
-            f"Received: config={config!r}"
-        )
-    return config.replace(**options) if options else config
-
-
 @keras.saving.register_keras_serializable(package="keras_gradmon")
-class GradientMonitorOptimizer(keras.optimizers.Optimizer):
+class GradientMonitorOptimizer(MonitoredOptimizer, keras.optimizers.Optimizer):
     """Wraps a Keras optimizer and records gradient statistics in the step.
 
     On summary steps (see `MonitorConfig.every_n_steps`) it computes, inside
@@ -68,6 +52,21 @@ class GradientMonitorOptimizer(keras.optimizers.Optimizer):
     ```
     """
 
+    def __new__(cls, inner_optimizer: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # A tf_keras optimizer (tf-agents, TF_USE_LEGACY_KERAS=1) gets the
+        # tf_keras wrapper. tf_keras is only looked at if already imported:
+        # a tf_keras optimizer cannot exist otherwise.
+        import sys
+
+        if cls is GradientMonitorOptimizer and "tf_keras" in sys.modules:
+            from keras_gradmon import legacy
+
+            if legacy.is_tf_keras_optimizer(inner_optimizer):
+                return legacy.LegacyGradientMonitorOptimizer(
+                    inner_optimizer, *args, **kwargs
+                )
+        return super().__new__(cls)
+
     def __init__(
         self,
         inner_optimizer: keras.optimizers.Optimizer,
@@ -84,7 +83,7 @@ class GradientMonitorOptimizer(keras.optimizers.Optimizer):
                 f"inner_optimizer={inner_optimizer!r} "
                 f"(of type {type(inner_optimizer).__name__})"
             )
-        monitor_config = _resolve_config(config, options)
+        monitor_config = MonitorConfig.resolve(config, options)
         super().__init__(learning_rate=0.0, name=name)
         self.monitor_config = monitor_config
         self.inner_optimizer = inner_optimizer
@@ -141,32 +140,6 @@ class GradientMonitorOptimizer(keras.optimizers.Optimizer):
 
         tf.cond(finite, apply, lambda: tf.constant(False))
 
-    # Reading what was recorded ------------------------------------------------
-
-    def snapshot(self) -> Snapshot:
-        """The latest recorded scalar statistics, as NumPy data.
-
-        Example:
-
-        >>> optimizer.snapshot().totals["grad_norm"]  # doctest: +SKIP
-        0.8123
-        """
-        self._check_built()
-        return self.monitor.snapshot()
-
-    def histogram_snapshot(self) -> HistogramSnapshot | None:
-        """The latest recorded histograms, or None if histograms are off."""
-        self._check_built()
-        return self.monitor.histogram_snapshot()
-
-    def _check_built(self) -> None:
-        if not self.built:
-            raise ValueError(
-                f"{type(self).__name__} {self.name!r} has recorded nothing yet: "
-                "it is built on the first train step (or by "
-                "`optimizer.build(model.trainable_variables)`)."
-            )
-
     # Delegation, as keras.optimizers.LossScaleOptimizer does ------------------
 
     @property
@@ -189,13 +162,7 @@ class GradientMonitorOptimizer(keras.optimizers.Optimizer):
 
     def get_config(self) -> dict:
         # Only our own arguments: the base optimizer's are the inner one's.
-        config = self.monitor_config.to_dict()
-        for key in ("every_n_steps", "histogram_every_n_steps"):
-            if callable(config[key]):
-                raise ValueError(
-                    f"A callable `{key}` cannot be serialized. Use an int "
-                    f"to save this optimizer. Received: {key}={config[key]!r}"
-                )
+        config = self.monitor_config.to_serializable_dict()
         return {
             "name": self.name,
             "inner_optimizer": keras.saving.serialize_keras_object(

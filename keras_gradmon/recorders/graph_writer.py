@@ -1,0 +1,195 @@
+"""Writes a monitor's statistics from inside the train step (`tf.summary` ops).
+
+The tf-agents way: the train step runs under `with writer.as_default():` and
+writes its own summaries. The tags are the Python strings of
+`keras_gradmon.tags`, known when the step is traced; the values are read from
+the monitor's state variables, so the summary shows exactly what `snapshot()`
+reads on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import tensorflow as tf
+from tensorboard.plugins.histogram import metadata as histogram_metadata
+from tensorboard.plugins.scalar import metadata as scalar_metadata
+
+from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.state import COLUMNS, GLOBAL_FIELDS
+from keras_gradmon.tags import GLOBAL, tag
+
+
+def in_xla_context() -> bool:
+    """Whether ops are being traced into an XLA-compiled function."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - private module moved
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+
+
+def summaries_enabled() -> bool:
+    """Whether a default `tf.summary` writer may record here (trace time)."""
+    if tf.executing_eagerly() is False and in_xla_context():
+        return False
+    recording = tf.get_static_value(tf.summary.should_record_summaries())
+    return recording is None or bool(recording)
+
+
+def write_scalar(name: str, value: tf.Tensor, step: tf.Tensor) -> None:
+    """`tf.summary.scalar` under exactly the tag `name` (no name scope prefix)."""
+    metadata = scalar_metadata.create_summary_metadata(display_name="", description="")
+    tf.summary.write(name, tf.cast(value, tf.float32), step=step, metadata=metadata)
+
+
+def histogram_buckets(counts: tf.Tensor, value_range: tf.Tensor) -> tf.Tensor:
+    """The graph version of `tags.histogram_buckets`: `[k, 3]` float64 rows.
+
+    Example:
+
+    >>> histogram_buckets(tf.constant([1, 2]), tf.constant([0.0, 1.0])).numpy()
+    array([[0. , 0.5, 1. ],
+           [0.5, 1. , 2. ]])
+    """
+    k = int(counts.shape[0])
+    value_range = tf.cast(value_range, tf.float64)
+    finite = tf.reduce_all(tf.math.is_finite(value_range))
+    value_range = tf.where(finite, value_range, tf.zeros_like(value_range))
+    low, high = value_range[0], value_range[1]
+    edges = low + (high - low) * tf.range(k + 1, dtype=tf.float64) / k
+    edges = tf.concat([edges[:-1], [high]], 0)
+    return tf.stack([edges[:-1], edges[1:], tf.cast(counts, tf.float64)], axis=1)
+
+
+def write_graph_summaries(
+    monitor: GradientMonitor, step: tf.Tensor, present: Collection[int]
+) -> None:
+    """Writes what `monitor` recorded at `step`, if it recorded at `step`.
+
+    Adds one graph conditional per kind (scalars, histograms) that is taken
+    only on the steps the monitor recorded; call it right after
+    `monitor.record(step, ...)`, under a default `tf.summary` writer.
+
+    Args:
+        monitor: A built `GradientMonitor`.
+        step: The int64 step given to `monitor.record`.
+        present: The indices of the variables that had a gradient at this
+            step (known at trace time); only they get `grad_*` tags.
+
+    Example:
+
+    ```python
+    with writer.as_default():
+        grads, finite = monitor.record(step, grads, indices)
+        write_graph_summaries(monitor, step, indices)
+    ```
+    """
+    state = monitor.state
+    present = set(present)
+
+    def scalars() -> tf.Tensor:
+        _write_scalars(monitor, step, present)
+        return tf.constant(True)
+
+    def histograms() -> tf.Tensor:
+        _write_histograms(monitor, step, present)
+        return tf.constant(True)
+
+    false = lambda: tf.constant(False)  # noqa: E731
+    tf.cond(tf.equal(state.stats_step, step), scalars, false)
+    if state.hist_step is not None:
+        tf.cond(tf.equal(state.hist_step, step), histograms, false)
+
+
+def _write_scalars(monitor: GradientMonitor, step: tf.Tensor, present: set) -> None:
+    config, state = monitor.config, monitor.state
+    scope = config.tag_scope
+    totals = tf.convert_to_tensor(state.totals)
+    total = {name: totals[i] for i, name in enumerate(GLOBAL_FIELDS)}
+    out = {
+        tag("grad_norm", GLOBAL, scope): total["grad_norm"],
+        tag("grad_nonfinite", GLOBAL, scope): total["grad_nonfinite"],
+        tag("grad_missing", GLOBAL, scope): total["grad_missing"],
+    }
+    if config.clip_rule is not None:
+        pre, post = total["clip_pre_norm"], total["clip_post_norm"]
+        out[tag("clip", "pre_norm", scope)] = pre
+        out[tag("clip", "post_norm", scope)] = post
+        out[tag("clip", "scale", scope)] = tf.where(
+            tf.equal(pre, 0.0), tf.constant(1.0), post / pre
+        )
+        out[tag("clip", "fraction", scope)] = total["clip_fraction"]
+    if config.skip_nonfinite:
+        out[tag("skipped", "steps", scope)] = total["skipped_steps"]
+    weights = state.weight is not None
+    if weights:
+        out[tag("weight_norm", GLOBAL, scope)] = total["weight_norm"]
+    groups = tf.convert_to_tensor(state.groups)
+    for i, group in enumerate(monitor.group_members):
+        out[tag("grad_norm", group, scope)] = groups[i, 0]
+        if weights:
+            out[tag("weight_norm", group, scope)] = groups[i, 1]
+    for name, value in out.items():
+        write_scalar(name, value, step)
+    if config.per_variable:
+        _write_per_variable(monitor, step, present)
+
+
+def _write_per_variable(
+    monitor: GradientMonitor, step: tf.Tensor, present: set
+) -> None:
+    config, state = monitor.config, monitor.state
+    scope = config.tag_scope
+    columns = [COLUMNS.index(name) for name in config.statistics]
+    norm = COLUMNS.index("norm")
+    grad = tf.convert_to_tensor(state.grad)
+    weight = tf.convert_to_tensor(state.weight) if state.weight is not None else None
+    for i, path in enumerate(monitor.paths):
+        if i in present:
+            for name, column in zip(config.statistics, columns):
+                write_scalar(tag(f"grad_{name}", path, scope), grad[i, column], step)
+        if weight is None:
+            continue
+        for name, column in zip(config.statistics, columns):
+            write_scalar(tag(f"weight_{name}", path, scope), weight[i, column], step)
+        if i not in present:
+            continue
+        weight_norm, grad_norm = weight[i, norm], grad[i, norm]
+        ratio_tag = tag("grad_to_weight", path, scope)
+
+        def ratio(t=ratio_tag, g=grad_norm, w=weight_norm) -> tf.Tensor:
+            write_scalar(t, g / w, step)
+            return tf.constant(True)
+
+        tf.cond(weight_norm > 0, ratio, lambda: tf.constant(False))
+
+
+def _write_histograms(monitor: GradientMonitor, step: tf.Tensor, present: set) -> None:
+    config, state = monitor.config, monitor.state
+    scope = config.tag_scope
+    metadata = histogram_metadata.create_summary_metadata(
+        display_name="", description=""
+    )
+    grad_counts = tf.convert_to_tensor(state.grad_counts)
+    grad_range = tf.convert_to_tensor(state.grad_range)
+    weight_counts = weight_range = None
+    if state.weight_counts is not None:
+        weight_counts = tf.convert_to_tensor(state.weight_counts)
+        weight_range = tf.convert_to_tensor(state.weight_range)
+    for i, path in enumerate(monitor.paths):
+        if i in present:
+            tf.summary.write(
+                tag("grad_hist", path, scope),
+                histogram_buckets(grad_counts[i], grad_range[i, :2]),
+                step=step,
+                metadata=metadata,
+            )
+        if weight_counts is not None:
+            tf.summary.write(
+                tag("weight_hist", path, scope),
+                histogram_buckets(weight_counts[i], weight_range[i]),
+                step=step,
+                metadata=metadata,
+            )
