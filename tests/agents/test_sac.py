@@ -83,3 +83,47 @@ def test_two_scoped_wrappers_survive_sac(tmp_path):
         norms = scalar_series(events, f"grad_norm/{scope}/global")
         assert sorted(norms) == [0, 1]
         assert norms[1] == np.float32(optimizer.snapshot().totals["grad_norm"])
+
+
+def test_td3_actor_and_critic_wrappers_with_groups(tmp_path):
+    from tf_agents.agents.ddpg import actor_network
+    from tf_agents.agents.td3 import td3_agent
+
+    tf.random.set_seed(0)
+    counter = tf.Variable(0, dtype=tf.int64)
+    actor_opt = keras_gradmon.GradientMonitorOptimizer(
+        tf.keras.optimizers.Adam(1e-3),
+        tag_scope="actor",
+        every_n_steps=1,
+        groups={"actor_mlp": "ActorNetwork"},
+    )
+    critic_opt = keras_gradmon.GradientMonitorOptimizer(
+        tf.keras.optimizers.Adam(1e-3),
+        tag_scope="critic",
+        every_n_steps=1,
+        groups={"critic_mlp": "CriticNetwork"},
+    )
+    agent = td3_agent.Td3Agent(
+        ts.time_step_spec(OBS),
+        ACTIONS,
+        actor_network=actor_network.ActorNetwork(OBS, ACTIONS, fc_layer_params=(8,)),
+        critic_network=critic_network.CriticNetwork(
+            (OBS, ACTIONS), joint_fc_layer_params=(8,)
+        ),
+        actor_optimizer=actor_opt,
+        critic_optimizer=critic_opt,
+        train_step_counter=counter,
+        actor_update_period=1,
+    )
+    agent.initialize()
+    train = common.function(agent.train)
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        for _ in range(3):
+            train(_batch())
+    writer.flush()
+    events = load_events(str(tmp_path))
+    assert sorted(scalar_series(events, "grad_norm/actor/actor_mlp")) == [0, 1, 2]
+    assert sorted(scalar_series(events, "grad_norm/critic/critic_mlp")) == [0, 1, 2]
+    critic_norms = scalar_series(events, "grad_norm/critic/global")
+    assert critic_norms[2] == critic_opt.snapshot().totals["grad_norm"]
