@@ -26,7 +26,7 @@ from keras_gradmon.monitor import (
 )
 from keras_gradmon.recorders.graph_writer import (
     summaries_enabled,
-    write_graph_summaries,
+    write_recorded,
 )
 
 _NEW_BASE = tf_keras.optimizers.Optimizer
@@ -150,11 +150,15 @@ class LegacyGradientMonitorOptimizer(MonitoredOptimizer, _NEW_BASE):
             self.build(variables)
         indices = [self._index(v) for v in variables]
         step = tf.cast(self.iterations if self._step is None else self._step, tf.int64)
+        after = None
+        if summaries_enabled():
+            present = {i for g, i in zip(grads, indices) if g is not None}
+
+            def after(kind: str) -> None:
+                write_recorded(self.monitor, kind, step, present)
+
         with tf.name_scope(self.name):
-            grads, finite = self.monitor.record(step, grads, indices)
-            if summaries_enabled():
-                present = [i for g, i in zip(grads, indices) if g is not None]
-                write_graph_summaries(self.monitor, step, present)
+            grads, finite = self.monitor.record(step, grads, indices, after=after)
         pairs = list(zip(grads, variables))
         if not self.monitor_config.skip_nonfinite:
             return self.inner_optimizer.apply_gradients(pairs, name=name, **kwargs)

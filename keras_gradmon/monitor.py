@@ -10,7 +10,7 @@ branch and stored in `MonitorState` variables.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -115,6 +115,7 @@ class GradientMonitor:
         step: tf.Tensor,
         grads: Sequence[tf.Tensor | None],
         indices: Sequence[int],
+        after: Callable[[str], None] | None = None,
     ) -> tuple[list[tf.Tensor | None], tf.Tensor]:
         """Records statistics of `grads` on summary steps, and clips them.
 
@@ -123,6 +124,10 @@ class GradientMonitor:
             grads: Gradients, None for a variable without one.
             indices: The index (in the built variable order) of each
                 gradient's variable.
+            after: Called with "scalars" or "histograms" inside the branch
+                that just recorded them (to add summary ops there, the
+                tf-agents way), so that writing costs no conditional of
+                its own.
 
         Returns:
             `(grads to apply, finite)`: the gradients after the configured
@@ -138,17 +143,20 @@ class GradientMonitor:
             # already shows it; the wrapper does the skipping.
             nonfinite = tf.logical_not(tf.math.is_finite(clipping["pre_norm"]))
             self.state.skipped.assign_add(tf.cast(nonfinite, tf.int64))
-        self._gated(
-            self.config.every_n_steps,
-            step,
-            lambda: self._record_statistics(step, by_index, clipping),
-        )
+        after = after or (lambda kind: None)
+
+        def statistics() -> None:
+            self._record_statistics(step, by_index, clipping)
+            after("scalars")
+
+        def histograms() -> None:
+            self._record_histograms(step, by_index)
+            after("histograms")
+
+        parts = [(self.config.every_n_steps, statistics)]
         if self.state.hist_step is not None:
-            self._gated(
-                self.config.histogram_every_n_steps,
-                step,
-                lambda: self._record_histograms(step, by_index),
-            )
+            parts.append((self.config.histogram_every_n_steps, histograms))
+        self._gated(parts, step)
         if clipping is None:
             return list(grads), tf.constant(True)
         clipped = clipping["grads"]
@@ -193,16 +201,43 @@ class GradientMonitor:
         }
 
     @staticmethod
-    def _gated(frequency: Frequency, step: tf.Tensor, fn: Any) -> None:
-        if frequency == 1:
+    def _gated(
+        parts: list[tuple[Frequency, Callable[[], None]]], step: tf.Tensor
+    ) -> None:
+        """Runs each `(frequency, fn)` on its summary steps.
+
+        A step that is no summary step of any part runs a single graph
+        conditional (one, not one per part): the per-part conditionals sit
+        inside its taken branch.
+        """
+        always = [fn for frequency, fn in parts if frequency == 1]
+        gated = [(frequency, fn) for frequency, fn in parts if frequency != 1]
+        for fn in always:
             fn()
+        if not gated:
+            return
+        gates = [should_record(frequency, step) for frequency, _ in gated]
+
+        def false() -> tf.Tensor:
+            return tf.constant(False)
+
+        def run(fn: Callable[[], None]) -> Callable[[], tf.Tensor]:
+            def taken() -> tf.Tensor:
+                fn()
+                return tf.constant(True)
+
+            return taken
+
+        if len(gated) == 1:
+            tf.cond(gates[0], run(gated[0][1]), false)
             return
 
-        def taken() -> tf.Tensor:
-            fn()
+        def any_taken() -> tf.Tensor:
+            for gate, (_, fn) in zip(gates, gated):
+                tf.cond(gate, run(fn), false)
             return tf.constant(True)
 
-        tf.cond(should_record(frequency, step), taken, lambda: tf.constant(False))
+        tf.cond(tf.reduce_any(tf.stack(gates)), any_taken, false)
 
     def _statistics_matrix(self, tensors: dict[int, tf.Tensor]) -> tf.Tensor:
         missing = tf.concat(

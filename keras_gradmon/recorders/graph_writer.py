@@ -63,17 +63,18 @@ def histogram_buckets(counts: tf.Tensor, value_range: tf.Tensor) -> tf.Tensor:
     return tf.stack([edges[:-1], edges[1:], tf.cast(counts, tf.float64)], axis=1)
 
 
-def write_graph_summaries(
-    monitor: GradientMonitor, step: tf.Tensor, present: Collection[int]
+def write_recorded(
+    monitor: GradientMonitor, kind: str, step: tf.Tensor, present: Collection[int]
 ) -> None:
-    """Writes what `monitor` recorded at `step`, if it recorded at `step`.
+    """Writes what `monitor` just recorded at `step`: "scalars" or "histograms".
 
-    Adds one graph conditional per kind (scalars, histograms) that is taken
-    only on the steps the monitor recorded; call it right after
-    `monitor.record(step, ...)`, under a default `tf.summary` writer.
+    Meant as the `after` hook of `GradientMonitor.record`, which calls it
+    inside the branch taken on summary steps, so writing adds no conditional
+    of its own. Needs a default `tf.summary` writer.
 
     Args:
         monitor: A built `GradientMonitor`.
+        kind: "scalars" or "histograms".
         step: The int64 step given to `monitor.record`.
         present: The indices of the variables that had a gradient at this
             step (known at trace time); only they get `grad_*` tags.
@@ -82,25 +83,13 @@ def write_graph_summaries(
 
     ```python
     with writer.as_default():
-        grads, finite = monitor.record(step, grads, indices)
-        write_graph_summaries(monitor, step, indices)
+        grads, finite = monitor.record(
+            step, grads, indices,
+            after=lambda kind: write_recorded(monitor, kind, step, indices))
     ```
     """
-    state = monitor.state
-    present = set(present)
-
-    def scalars() -> tf.Tensor:
-        _write_scalars(monitor, step, present)
-        return tf.constant(True)
-
-    def histograms() -> tf.Tensor:
-        _write_histograms(monitor, step, present)
-        return tf.constant(True)
-
-    false = lambda: tf.constant(False)  # noqa: E731
-    tf.cond(tf.equal(state.stats_step, step), scalars, false)
-    if state.hist_step is not None:
-        tf.cond(tf.equal(state.hist_step, step), histograms, false)
+    write = _write_scalars if kind == "scalars" else _write_histograms
+    write(monitor, step, set(present))
 
 
 def _write_scalars(monitor: GradientMonitor, step: tf.Tensor, present: set) -> None:
