@@ -15,19 +15,9 @@ import tensorflow as tf
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
-from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.monitor import GradientMonitor, in_xla_context
 from keras_gradmon.state import COLUMNS, GLOBAL_FIELDS
 from keras_gradmon.tags import GLOBAL, tag
-
-
-def in_xla_context() -> bool:
-    """Whether ops are being traced into an XLA-compiled function."""
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:  # pragma: no cover - private module moved
-        return False
-    graph = tf.compat.v1.get_default_graph()
-    return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
 
 
 def summaries_enabled() -> bool:
