@@ -10,6 +10,8 @@ under a default summary writer; interleaved repetitions of 200 train steps:
   every1     GradientMonitorOptimizer, all statistics and histograms every
              step, written from inside the step.       Target <= 1.5x.
   every100   the same every 100 steps.                 Target <= 1.03x.
+  idle       statistics never due (only the per-step gate): what a step
+             that records nothing costs.
 
 Run from the repository root on an otherwise idle machine:
 
@@ -45,6 +47,7 @@ VARIANTS = {
     "tfagents": (True, None),
     "every1": (False, {"every_n_steps": 1, "histogram_every_n_steps": 1}),
     "every100": (False, {"every_n_steps": 100, "histogram_every_n_steps": 100}),
+    "idle": (False, {"every_n_steps": 10**9, "histogram_every_n_steps": None}),
 }
 TARGETS = {"every1": 1.5, "every100": 1.03}
 
