@@ -4,6 +4,13 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
+from hypothesis import settings
+
+# CI runs the same examples every time (a failure there is reproducible);
+# local runs keep exploring new ones.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(params=["eager", "function", "xla"])
