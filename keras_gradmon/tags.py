@@ -22,7 +22,9 @@ With `tag_scope="actor"` every tag becomes `<statistic>/actor/<subject>`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -43,46 +45,122 @@ def tag(statistic: str, subject: str, scope: str | None = None) -> str:
     return f"{statistic}/{scope}/{subject}" if scope else f"{statistic}/{subject}"
 
 
-def scalar_summaries(snapshot: Snapshot, config: MonitorConfig) -> dict[str, float]:
-    """`{tag: value}` of every scalar to write for `snapshot`."""
+@dataclasses.dataclass(frozen=True)
+class ScalarEntry:
+    """One scalar to write, and where its value comes from.
+
+    `source` is "total" (`column` is a `GLOBAL_FIELDS` name), "group_grad"
+    or "group_weight" (`row` is the group), "grad" or "weight" (`row` the
+    variable, `column` a statistic), "ratio" (gradient norm / weight norm of
+    variable `row`, written only while the weight norm is above 0) or
+    "clip_scale" (post-clip / pre-clip global norm, 1 when the latter is 0).
+    """
+
+    tag: str
+    source: str
+    row: int = 0
+    column: str = ""
+
+
+def scalar_entries(
+    config: MonitorConfig,
+    paths: Sequence[str],
+    groups: Sequence[str],
+    present: Collection[int],
+    weights: bool,
+) -> list[ScalarEntry]:
+    """Every scalar a summary writes: the one tag scheme that both the host
+    recorder (`scalar_summaries`) and the in-graph writer resolve.
+
+    Args:
+        config: The monitor's options.
+        paths: Variable paths, in row order.
+        groups: Group names, in row order.
+        present: Rows of the variables that had a gradient.
+        weights: Whether weight statistics are recorded.
+    """
     scope = config.tag_scope
-    totals = snapshot.totals
-    out = {
-        tag("grad_norm", GLOBAL, scope): totals["grad_norm"],
-        tag("grad_nonfinite", GLOBAL, scope): totals["grad_nonfinite"],
-        tag("grad_missing", GLOBAL, scope): totals["grad_missing"],
-    }
+    entries = [
+        ScalarEntry(tag(name, GLOBAL, scope), "total", column=name)
+        for name in ("grad_norm", "grad_nonfinite", "grad_missing")
+    ]
     if config.clip_rule is not None:
-        pre, post = totals["clip_pre_norm"], totals["clip_post_norm"]
-        out[tag("clip", "pre_norm", scope)] = pre
-        out[tag("clip", "post_norm", scope)] = post
-        out[tag("clip", "scale", scope)] = 1.0 if pre == 0 else post / pre
-        out[tag("clip", "fraction", scope)] = totals["clip_fraction"]
+        entries += [
+            ScalarEntry(
+                tag("clip", "pre_norm", scope), "total", column="clip_pre_norm"
+            ),
+            ScalarEntry(
+                tag("clip", "post_norm", scope), "total", column="clip_post_norm"
+            ),
+            ScalarEntry(tag("clip", "scale", scope), "clip_scale"),
+            ScalarEntry(
+                tag("clip", "fraction", scope), "total", column="clip_fraction"
+            ),
+        ]
     if config.skip_nonfinite:
-        out[tag("skipped", "steps", scope)] = totals["skipped_steps"]
-    weights = snapshot.weight is not None
+        entries.append(
+            ScalarEntry(tag("skipped", "steps", scope), "total", column="skipped_steps")
+        )
     if weights:
-        out[tag("weight_norm", GLOBAL, scope)] = totals["weight_norm"]
-    for i, group in enumerate(snapshot.groups):
-        out[tag("grad_norm", group, scope)] = float(snapshot.group_grad_norm[i])
+        entries.append(
+            ScalarEntry(
+                tag("weight_norm", GLOBAL, scope), "total", column="weight_norm"
+            )
+        )
+    for i, group in enumerate(groups):
+        entries.append(ScalarEntry(tag("grad_norm", group, scope), "group_grad", i))
         if weights:
-            out[tag("weight_norm", group, scope)] = float(snapshot.group_weight_norm[i])
+            entries.append(
+                ScalarEntry(tag("weight_norm", group, scope), "group_weight", i)
+            )
     if not config.per_variable:
-        return out
-    columns = [COLUMNS.index(name) for name in config.statistics]
-    norm = COLUMNS.index("norm")
-    for i, path in enumerate(snapshot.paths):
-        if snapshot.has_grad[i]:
-            for name, column in zip(config.statistics, columns):
-                out[tag(f"grad_{name}", path, scope)] = float(snapshot.grad[i, column])
+        return entries
+    for i, path in enumerate(paths):
+        if i in present:
+            entries += [
+                ScalarEntry(tag(f"grad_{name}", path, scope), "grad", i, name)
+                for name in config.statistics
+            ]
         if not weights:
             continue
-        for name, column in zip(config.statistics, columns):
-            out[tag(f"weight_{name}", path, scope)] = float(snapshot.weight[i, column])
-        weight_norm = float(snapshot.weight[i, norm])
-        if snapshot.has_grad[i] and weight_norm > 0:
-            ratio = float(snapshot.grad[i, norm]) / weight_norm
-            out[tag("grad_to_weight", path, scope)] = ratio
+        entries += [
+            ScalarEntry(tag(f"weight_{name}", path, scope), "weight", i, name)
+            for name in config.statistics
+        ]
+        if i in present:
+            entries.append(ScalarEntry(tag("grad_to_weight", path, scope), "ratio", i))
+    return entries
+
+
+def scalar_summaries(snapshot: Snapshot, config: MonitorConfig) -> dict[str, float]:
+    """`{tag: value}` of every scalar to write for `snapshot`."""
+    totals = snapshot.totals
+    norm = COLUMNS.index("norm")
+    out = {}
+    present = set(np.flatnonzero(snapshot.has_grad).tolist())
+    weights = snapshot.weight is not None
+    for entry in scalar_entries(
+        config, snapshot.paths, snapshot.groups, present, weights
+    ):
+        i, source = entry.row, entry.source
+        if source == "total":
+            value = totals[entry.column]
+        elif source == "clip_scale":
+            pre, post = totals["clip_pre_norm"], totals["clip_post_norm"]
+            value = 1.0 if pre == 0 else post / pre
+        elif source == "group_grad":
+            value = snapshot.group_grad_norm[i]
+        elif source == "group_weight":
+            value = snapshot.group_weight_norm[i]
+        elif source == "ratio":
+            weight_norm = float(snapshot.weight[i, norm])
+            if not weight_norm > 0:
+                continue
+            value = float(snapshot.grad[i, norm]) / weight_norm
+        else:  # "grad" or "weight"
+            matrix = snapshot.grad if source == "grad" else snapshot.weight
+            value = matrix[i, COLUMNS.index(entry.column)]
+        out[entry.tag] = float(value)
     return out
 
 

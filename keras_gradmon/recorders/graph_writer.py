@@ -17,7 +17,7 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from keras_gradmon.monitor import GradientMonitor, in_xla_context
 from keras_gradmon.state import COLUMNS, GLOBAL_FIELDS
-from keras_gradmon.tags import GLOBAL, tag
+from keras_gradmon.tags import scalar_entries, tag
 
 
 def summaries_enabled() -> bool:
@@ -83,66 +83,47 @@ def write_recorded(
 
 
 def _write_scalars(monitor: GradientMonitor, step: tf.Tensor, present: set) -> None:
-    config, state = monitor.config, monitor.state
-    scope = config.tag_scope
+    state = monitor.state
     totals = tf.convert_to_tensor(state.totals)
     total = {name: totals[i] for i, name in enumerate(GLOBAL_FIELDS)}
-    out = {
-        tag("grad_norm", GLOBAL, scope): total["grad_norm"],
-        tag("grad_nonfinite", GLOBAL, scope): total["grad_nonfinite"],
-        tag("grad_missing", GLOBAL, scope): total["grad_missing"],
-    }
-    if config.clip_rule is not None:
-        pre, post = total["clip_pre_norm"], total["clip_post_norm"]
-        out[tag("clip", "pre_norm", scope)] = pre
-        out[tag("clip", "post_norm", scope)] = post
-        out[tag("clip", "scale", scope)] = tf.where(
-            tf.equal(pre, 0.0), tf.constant(1.0), post / pre
-        )
-        out[tag("clip", "fraction", scope)] = total["clip_fraction"]
-    if config.skip_nonfinite:
-        out[tag("skipped", "steps", scope)] = total["skipped_steps"]
-    weights = state.weight is not None
-    if weights:
-        out[tag("weight_norm", GLOBAL, scope)] = total["weight_norm"]
     groups = tf.convert_to_tensor(state.groups)
-    for i, group in enumerate(monitor.group_members):
-        out[tag("grad_norm", group, scope)] = groups[i, 0]
-        if weights:
-            out[tag("weight_norm", group, scope)] = groups[i, 1]
-    for name, value in out.items():
-        write_scalar(name, value, step)
-    if config.per_variable:
-        _write_per_variable(monitor, step, present)
-
-
-def _write_per_variable(
-    monitor: GradientMonitor, step: tf.Tensor, present: set
-) -> None:
-    config, state = monitor.config, monitor.state
-    scope = config.tag_scope
-    columns = [COLUMNS.index(name) for name in config.statistics]
-    norm = COLUMNS.index("norm")
     grad = tf.convert_to_tensor(state.grad)
     weight = tf.convert_to_tensor(state.weight) if state.weight is not None else None
-    for i, path in enumerate(monitor.paths):
-        if i in present:
-            for name, column in zip(config.statistics, columns):
-                write_scalar(tag(f"grad_{name}", path, scope), grad[i, column], step)
-        if weight is None:
+    norm = COLUMNS.index("norm")
+    entries = scalar_entries(
+        monitor.config,
+        monitor.paths,
+        list(monitor.group_members),
+        present,
+        weight is not None,
+    )
+    for entry in entries:
+        i, source = entry.row, entry.source
+        if source == "total":
+            value = total[entry.column]
+        elif source == "clip_scale":
+            pre, post = total["clip_pre_norm"], total["clip_post_norm"]
+            value = tf.where(tf.equal(pre, 0.0), tf.constant(1.0), post / pre)
+        elif source in ("group_grad", "group_weight"):
+            value = groups[i, 0 if source == "group_grad" else 1]
+        elif source == "ratio":
+            _write_ratio(entry.tag, grad[i, norm], weight[i, norm], step)
             continue
-        for name, column in zip(config.statistics, columns):
-            write_scalar(tag(f"weight_{name}", path, scope), weight[i, column], step)
-        if i not in present:
-            continue
-        weight_norm, grad_norm = weight[i, norm], grad[i, norm]
-        ratio_tag = tag("grad_to_weight", path, scope)
+        else:  # "grad" or "weight"
+            matrix = grad if source == "grad" else weight
+            value = matrix[i, COLUMNS.index(entry.column)]
+        write_scalar(entry.tag, value, step)
 
-        def ratio(t=ratio_tag, g=grad_norm, w=weight_norm) -> tf.Tensor:
-            write_scalar(t, g / w, step)
-            return tf.constant(True)
 
-        tf.cond(weight_norm > 0, ratio, lambda: tf.constant(False))
+def _write_ratio(
+    name: str, grad_norm: tf.Tensor, weight_norm: tf.Tensor, step: tf.Tensor
+) -> None:
+    # Only while the weight norm is above 0, as on the host.
+    def write() -> tf.Tensor:
+        write_scalar(name, grad_norm / weight_norm, step)
+        return tf.constant(True)
+
+    tf.cond(weight_norm > 0, write, lambda: tf.constant(False))
 
 
 def _write_histograms(monitor: GradientMonitor, step: tf.Tensor, present: set) -> None:
