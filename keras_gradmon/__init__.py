@@ -11,6 +11,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the lazily imported names, for type checkers
+    from keras_gradmon.activations.monitor import ActivationMonitor  # noqa: F401
+    from keras_gradmon.activations.probe import ActivationSnapshot  # noqa: F401
+    from keras_gradmon.callbacks.activations import (  # noqa: F401
+        ActivationMonitorCallback,
+    )
     from keras_gradmon.callbacks.alerts import GradientAlertCallback  # noqa: F401
     from keras_gradmon.callbacks.summary import GradientSummaryCallback  # noqa: F401
     from keras_gradmon.config import MonitorConfig  # noqa: F401
@@ -26,6 +31,9 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "ActivationMonitor": "keras_gradmon.activations.monitor",
+    "ActivationMonitorCallback": "keras_gradmon.callbacks.activations",
+    "ActivationSnapshot": "keras_gradmon.activations.probe",
     "AlertChecker": "keras_gradmon.recorders.alerts",
     "GradientAlertCallback": "keras_gradmon.callbacks.alerts",
     "GradientAlertError": "keras_gradmon.recorders.alerts",

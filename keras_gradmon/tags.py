@@ -16,6 +16,8 @@ Tags put the statistic first so that TensorBoard groups cards by statistic:
 | `skipped/steps`                       | non-finite steps skipped so far         |
 | `grad_hist/<variable path>`           | gradient histogram                      |
 | `weight_hist/<variable path>`         | weight histogram                        |
+| `activation_<stat>/<layer>`           | activation statistic (ActivationMonitor)|
+| `activation_hist/<layer>`             | activation histogram                    |
 
 With `tag_scope="actor"` every tag becomes `<statistic>/actor/<subject>`.
 """
@@ -28,6 +30,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
+from keras_gradmon.activations.probe import ACTIVATION_STATISTICS, ActivationSnapshot
 from keras_gradmon.config import MonitorConfig
 from keras_gradmon.state import COLUMNS, HistogramSnapshot, Snapshot
 
@@ -197,3 +200,33 @@ def histogram_summaries(
                 snapshot.weight_counts[i], snapshot.weight_range[i]
             )
     return out
+
+
+def activation_scalar_summaries(
+    snapshot: ActivationSnapshot, scope: str | None = None
+) -> dict[str, float]:
+    """`{tag: value}` of every activation scalar: `activation_<stat>/<layer>`.
+
+    Layers the probe did not reach get no value; `saturated_fraction` is
+    written for tanh and sigmoid layers only.
+    """
+    out = {}
+    for name in ACTIVATION_STATISTICS:
+        for layer, value in snapshot.stat(name).items():
+            out[tag(f"activation_{name}", layer, scope)] = value
+    return out
+
+
+def activation_histogram_summaries(
+    snapshot: ActivationSnapshot, scope: str | None = None
+) -> dict[str, np.ndarray]:
+    """`{tag: [k, 3] buckets}` of each reached layer's outputs, or {}."""
+    if snapshot.hist_counts is None:
+        return {}
+    return {
+        tag("activation_hist", layer, scope): histogram_buckets(
+            snapshot.hist_counts[i], snapshot.hist_range[i]
+        )
+        for i, layer in enumerate(snapshot.layers)
+        if snapshot.reached[i]
+    }

@@ -15,8 +15,9 @@ Example:
 300 critical
 """
 
+from keras_gradmon.alerts.band import BandRule
 from keras_gradmon.alerts.base import EXPLOSION_HINT, GRAD_NONFINITE, GRAD_NORM, Rule
-from keras_gradmon.alerts.defaults import default_rules
+from keras_gradmon.alerts.defaults import default_activation_rules, default_rules
 from keras_gradmon.alerts.engine import AlertEngine
 from keras_gradmon.alerts.events import CRITICAL, TIERS, WARNING, Alert, format_number
 from keras_gradmon.alerts.growth import GrowthRule
@@ -35,6 +36,7 @@ __all__ = [
     "WARNING",
     "Alert",
     "AlertEngine",
+    "BandRule",
     "GrowthRule",
     "NonFiniteRule",
     "RateLimiter",
@@ -42,6 +44,7 @@ __all__ = [
     "SpikeRule",
     "ThresholdRule",
     "VanishingRule",
+    "default_activation_rules",
     "default_rules",
     "format_number",
 ]

@@ -146,6 +146,7 @@ class Rule(abc.ABC):
         tier: str = WARNING,
         context: str = "",
         details: Mapping[str, object] | None = None,
+        comparison: str | None = None,
     ) -> Alert:
         return Alert(
             rule=self.name,
@@ -157,7 +158,7 @@ class Rule(abc.ABC):
             hint=self.hint,
             details=details or {},
             metric=self.metric,
-            comparison=self.comparison,
+            comparison=comparison or self.comparison,
             context=context,
         )
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from keras_gradmon import _validation
+from keras_gradmon.alerts.band import BandRule
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.growth import GrowthRule
 from keras_gradmon.alerts.nonfinite import NonFiniteRule
 from keras_gradmon.alerts.spike import SpikeRule
+from keras_gradmon.alerts.threshold import ThresholdRule
 
 #: The subject filter of the default growth and spike rules.
 GLOBAL_ONLY = r"^global$"
@@ -41,3 +44,58 @@ def default_rules() -> dict[str, Rule]:
             z_threshold=6.0, decay=0.98, warmup=20, subjects=GLOBAL_ONLY
         ),
     }
+
+
+#: The metrics `ActivationMonitor` feeds its rules, one value per layer.
+ACTIVATION_STD = "activation_std"
+DEAD_FRACTION = "activation_dead_fraction"
+_DEAD_CRITICAL = 0.9
+DEAD_UNITS_HINT = (
+    "lower the learning rate, check for a large negative bias, or use "
+    "LeakyReLU/ELU or He initialization"
+)
+
+
+def default_activation_rules(
+    std_band: tuple[float, float] | None = (0.5, 2.0),
+    dead_fraction: float | None = 0.25,
+) -> dict[str, Rule]:
+    """Returns fresh activation health rules, keyed by name.
+
+    Args:
+        std_band: `(low, high)` healthy band of a layer's activation std
+            (0.5 to 2.0, the usual rule of thumb), or None for no band rule.
+        dead_fraction: Warn when more than this fraction of a layer's units
+            are dead (critical when more than 90% stay dead for 2
+            summaries), or None for no dead-unit rule.
+
+    Raises:
+        ValueError: A band that is not `0 < low < high`, or a dead fraction
+            outside (0, 1).
+
+    Returns:
+        `{"activation_std": BandRule, "dead_units": ThresholdRule}`, less
+        what was switched off.
+
+    Example:
+
+    >>> sorted(default_activation_rules())
+    ['activation_std', 'dead_units']
+    """
+    rules: dict[str, Rule] = {}
+    if std_band is not None:
+        if not (isinstance(std_band, (tuple, list)) and len(std_band) == 2):
+            raise ValueError(
+                "`std_band` must be None or a pair (low, high). "
+                f"Received: std_band={std_band!r}"
+            )
+        rules["activation_std"] = BandRule(*std_band, metric=ACTIVATION_STD)
+    if dead_fraction is not None:
+        warning = _validation.open_unit_interval("dead_fraction", dead_fraction)
+        rules["dead_units"] = ThresholdRule(
+            warning=warning,
+            critical=_DEAD_CRITICAL if warning < _DEAD_CRITICAL else None,
+            metric=DEAD_FRACTION,
+            hint=DEAD_UNITS_HINT,
+        )
+    return rules

@@ -28,6 +28,7 @@ _TITLES = {
     "nonfinite": "non-finite {kind}",
     "spike": "{kind} spike",
     "growth": "{kind} growth",
+    "band": "{kind} out of band",
 }
 
 # A non-finite alert may name hundreds of variables; the log line shows the
@@ -78,7 +79,7 @@ class Alert:
 
     Attributes:
         rule: Kind of rule that fired: "threshold", "vanishing", "nonfinite",
-            "spike", "growth", or a custom rule's name.
+            "spike", "growth", "band", or a custom rule's name.
         tier: `WARNING` or `CRITICAL`.
         step: Training step of the summary the alert is about.
         value: The measured number, in the metric's units (a norm, or for

@@ -76,6 +76,74 @@ def summary_metrics(snapshot: Snapshot) -> dict[str, dict[str, float]]:
     return {"grad_norm": norms, "grad_nonfinite": nonfinite}
 
 
+class AlertDelivery:
+    """Delivers what an `AlertEngine` raised: a log line per alert (logger
+    "keras_gradmon"), `alerts/<rule>` flags, JSON Lines, and each tier's
+    action. Shared by the gradient and the activation alerts.
+
+    Args:
+        actions: `{tier: action}`; see `Action`.
+        log_dir: Where to write `alerts/<rule>` (0 or 1 at each summary);
+            or `writer`, an existing `tf.summary` writer. Neither: none.
+        jsonl_path: Append each alert as one JSON line to this file.
+        tag_scope: Inserted in the flags' tags (`alerts/<scope>/<rule>`).
+
+    Example:
+
+    >>> delivery = AlertDelivery({"critical": "stop"})
+    >>> delivery.deliver(100, engine.update(100, metrics), engine)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        actions: Mapping[str, Action] | None = None,
+        log_dir: str | None = None,
+        writer: Any = None,
+        jsonl_path: str | None = None,
+        tag_scope: str | None = None,
+    ) -> None:
+        self.actions = validate_actions(actions)
+        self.recorder = (
+            TensorBoardRecorder(log_dir=log_dir, writer=writer)
+            if log_dir is not None or writer is not None
+            else None
+        )
+        self.jsonl_path = jsonl_path
+        self.tag_scope = tag_scope
+        self.stop_requested = False
+
+    def deliver(self, step: int, alerts: list[Alert], engine: AlertEngine) -> None:
+        """Logs, records and acts on the `alerts` `engine` raised at `step`.
+
+        Raises:
+            GradientAlertError: When an alert's tier has the "raise" action.
+        """
+        for alert in alerts:
+            level = logging.CRITICAL if alert.tier == CRITICAL else logging.WARNING
+            logger.log(level, alert.message)
+        if self.jsonl_path and alerts:
+            with open(self.jsonl_path, "a", encoding="utf-8") as file:
+                for alert in alerts:
+                    file.write(json.dumps(alert.to_dict()) + "\n")
+        if self.recorder is not None:
+            self.recorder.write_scalars(
+                {
+                    tag("alerts", name, self.tag_scope): float(name in engine.fired)
+                    for name in engine.rules
+                },
+                step,
+            )
+            self.recorder.flush()
+        for alert in alerts:
+            action = self.actions[alert.tier]
+            if action == "stop":
+                self.stop_requested = True
+            elif action == "raise":
+                raise GradientAlertError(alert)
+            elif callable(action):
+                action(alert)
+
+
 class AlertChecker:
     """Checks the alert rules against a monitored optimizer's statistics.
 
@@ -122,17 +190,16 @@ class AlertChecker:
         max_per_rule: int | None = None,
     ) -> None:
         self.optimizer = find_monitored(optimizer)
-        self.actions = validate_actions(actions)
         self.engine = AlertEngine(
             rules, RateLimiter(cooldown_steps=cooldown_steps, max_per_rule=max_per_rule)
         )
-        self._recorder = (
-            TensorBoardRecorder(log_dir=log_dir, writer=writer)
-            if log_dir is not None or writer is not None
-            else None
+        self.delivery = AlertDelivery(
+            actions,
+            log_dir=log_dir,
+            writer=writer,
+            jsonl_path=jsonl_path,
+            tag_scope=self.optimizer.monitor.config.tag_scope,
         )
-        self.jsonl_path = jsonl_path
-        self.stop_requested = False
         #: The step of the last summary the rules saw.
         self.checked_step = NO_STEP
 
@@ -140,6 +207,11 @@ class AlertChecker:
     def history(self) -> list[Alert]:
         """Every alert emitted so far, in order."""
         return self.engine.history
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether an alert with the "stop" action has fired."""
+        return self.delivery.stop_requested
 
     def check(self) -> list[Alert]:
         """Runs the rules on the newest summary, once; returns its alerts.
@@ -156,32 +228,5 @@ class AlertChecker:
         snapshot = monitor.snapshot()
         self.checked_step = snapshot.step
         alerts = self.engine.update(snapshot.step, summary_metrics(snapshot))
-        self._deliver(snapshot.step, alerts)
+        self.delivery.deliver(snapshot.step, alerts, self.engine)
         return alerts
-
-    def _deliver(self, step: int, alerts: list[Alert]) -> None:
-        for alert in alerts:
-            level = logging.CRITICAL if alert.tier == CRITICAL else logging.WARNING
-            logger.log(level, alert.message)
-        if self.jsonl_path and alerts:
-            with open(self.jsonl_path, "a", encoding="utf-8") as file:
-                for alert in alerts:
-                    file.write(json.dumps(alert.to_dict()) + "\n")
-        if self._recorder is not None:
-            scope = self.optimizer.monitor.config.tag_scope
-            self._recorder.write_scalars(
-                {
-                    tag("alerts", name, scope): float(name in self.engine.fired)
-                    for name in self.engine.rules
-                },
-                step,
-            )
-            self._recorder.flush()
-        for alert in alerts:
-            action = self.actions[alert.tier]
-            if action == "stop":
-                self.stop_requested = True
-            elif action == "raise":
-                raise GradientAlertError(alert)
-            elif callable(action):
-                action(alert)

@@ -1,0 +1,147 @@
+"""Which layers of a model are watched, and what activation each applies."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Any
+
+#: Activation layers known by their class rather than an `activation` argument.
+_ACTIVATION_LAYERS = {
+    "ReLU": "relu",
+    "LeakyReLU": "leaky_relu",
+    "PReLU": "prelu",
+    "ELU": "elu",
+    "Softmax": "softmax",
+}
+#: Left out of the default selection: no activation, or an output layer's
+#: probabilities, whose std says nothing about health.
+_NOT_HIDDEN = ("", "linear", "softmax", "log_softmax")
+#: Outputs that are zero for every sample mark a dead unit.
+RELU_LIKE = ("relu", "relu6")
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchedLayer:
+    """A layer whose outputs are measured.
+
+    Attributes:
+        name: The layer's name in tags and alerts (made unique with `_1`,
+            `_2` ... when two layers share a name).
+        layer: The Keras 3 or tf_keras layer.
+        activation: The activation it applies ("relu", "tanh", ...), or ""
+            when it applies none that is known.
+    """
+
+    name: str
+    layer: Any
+    activation: str
+
+
+def activation_name(layer: Any) -> str:
+    """The name of the activation `layer` applies, "" if none is known.
+
+    Example:
+
+    >>> activation_name(keras.layers.Dense(4, activation="tanh"))  # doctest: +SKIP
+    'tanh'
+    """
+    by_class = _ACTIVATION_LAYERS.get(type(layer).__name__)
+    if by_class is not None:
+        return by_class
+    function = getattr(layer, "activation", None)
+    if not callable(function):
+        return ""
+    return str(getattr(function, "__name__", type(function).__name__))
+
+
+def model_layers(model: Any) -> list[Any]:
+    """Every layer inside `model`, nested ones included, in tracking order.
+
+    Input layers and the models themselves (which only route their layers)
+    are left out.
+    """
+    found = []
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        kind = type(layer).__name__
+        children = layer._flatten_layers(include_self=False, recursive=False)
+        if kind == "InputLayer" or any(True for _ in children):
+            continue
+        found.append(layer)
+    return found
+
+
+def _unique(names: Sequence[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        if name in seen:
+            seen[name] += 1
+            name = f"{name}_{seen[name]}"
+        else:
+            seen[name] = 0
+        out.append(name)
+    return out
+
+
+def select_layers(
+    model: Any, layers: str | Sequence[str] | None = None
+) -> list[WatchedLayer]:
+    """The layers of `model` to watch.
+
+    Args:
+        model: A Keras 3 or tf_keras model or network (Sequential,
+            functional, subclassed, a tf-agents network).
+        layers: None for every layer with a hidden-layer activation (any
+            but linear and softmax); a list of layer names; or a regex,
+            matched with `re.search` against the names.
+
+    Raises:
+        ValueError: A name that is not a layer of `model`, a regex that
+            matches none, or a model without an activation layer; the
+            message lists the model's layer names.
+
+    Example:
+
+    >>> [w.name for w in select_layers(model, ["hidden"])]  # doctest: +SKIP
+    ['hidden']
+    """
+    candidates = model_layers(model)
+    names = _unique([layer.name for layer in candidates])
+    watched = [
+        WatchedLayer(name, layer, activation_name(layer))
+        for name, layer in zip(names, candidates)
+    ]
+    if layers is None:
+        chosen = [w for w in watched if w.activation not in _NOT_HIDDEN]
+        if not chosen:
+            raise ValueError(
+                "`layers` is None and the model has no layer with a hidden "
+                "activation (relu, tanh, ...) to watch. Pass layer names. "
+                f"The model's layers: {names}"
+            )
+        return chosen
+    if isinstance(layers, str):
+        pattern = re.compile(layers)
+        chosen = [w for w in watched if pattern.search(w.name)]
+        if not chosen:
+            raise ValueError(
+                f"`layers` matches no layer of the model. Received: "
+                f"layers={layers!r}. The model's layers: {names}"
+            )
+        return chosen
+    if not isinstance(layers, Sequence) or not all(isinstance(n, str) for n in layers):
+        raise ValueError(
+            "`layers` must be None, a regex string or a list of layer names. "
+            f"Received: layers={layers!r}"
+        )
+    by_name = {w.name: w for w in watched}
+    unknown = [n for n in layers if n not in by_name]
+    if unknown or not layers:
+        raise ValueError(
+            f"`layers` names {'no layer' if not layers else unknown} of the "
+            f"model. Received: layers={list(layers)!r}. "
+            f"The model's layers: {names}"
+        )
+    return [by_name[n] for n in dict.fromkeys(layers)]

@@ -1,0 +1,221 @@
+"""`ActivationMonitor`: measures the watched layers every N steps, writes the
+numbers to TensorBoard and runs the activation health rules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from keras_gradmon import _validation
+from keras_gradmon.activations.layers import WatchedLayer, select_layers
+from keras_gradmon.activations.probe import ActivationProbe, ActivationSnapshot
+from keras_gradmon.alerts import Alert, AlertEngine, RateLimiter
+from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.defaults import (
+    ACTIVATION_STD,
+    DEAD_FRACTION,
+    default_activation_rules,
+)
+from keras_gradmon.recorders.alerts import Action, AlertDelivery
+from keras_gradmon.tags import (
+    activation_histogram_summaries,
+    activation_scalar_summaries,
+)
+
+#: When to measure: every N steps, or a callable from the (Python int) step
+#: to a bool. Runs on the host, never inside the train step.
+HostFrequency = int | Callable[[int], bool]
+
+
+def _frequency(name: str, value: object) -> HostFrequency:
+    if callable(value):
+        return value  # type: ignore[return-value]
+    return _validation.positive_int(name, value)
+
+
+#: Outputs confined to [0, 1] have a std of at most 0.5: the std band says
+#: nothing about them (saturation does).
+_UNIT_INTERVAL = ("sigmoid", "hard_sigmoid", "softmax")
+
+
+def activation_metrics(snapshot: ActivationSnapshot) -> dict[str, dict[str, float]]:
+    """The numbers the activation rules read, per layer: the std (of layers
+    whose outputs are not confined to [0, 1]) and the dead fraction."""
+    bounded = {
+        layer
+        for layer, activation in zip(snapshot.layers, snapshot.activations)
+        if activation in _UNIT_INTERVAL
+    }
+    stds = {k: v for k, v in snapshot.stat("std").items() if k not in bounded}
+    return {ACTIVATION_STD: stds, DEAD_FRACTION: snapshot.stat("dead_fraction")}
+
+
+class ActivationMonitor:
+    """Watches the activations of a model's layers on a fixed probe batch.
+
+    Every `every_n_steps` steps it runs the model once on `data` in
+    inference mode, with the watched layers' outputs captured inside one
+    compiled function, and records per layer: mean, std, min, max, fraction
+    of zeros, number of NaN/Inf, the fraction of dead units (units whose
+    output is zero for every probe sample) and, for tanh and sigmoid, the
+    fraction of saturated outputs, plus a histogram. The train step itself
+    is never touched: steps between probes cost nothing.
+
+    The std band and dead-unit rules (`default_activation_rules`) raise
+    alerts through the same delivery as gradient alerts: a log line, an
+    `alerts/<rule>` flag, JSON Lines and the tier's action.
+
+    Args:
+        model: A Keras 3 or tf_keras model or tf-agents network.
+        data: The probe batch, as `model` takes it (a few hundred samples of
+            held-out inputs; its size is the window of the dead-unit count).
+        layers: None for every layer with a hidden activation (not linear
+            or softmax); a list of layer names; or a regex on the names.
+        every_n_steps: Measure on steps 0, N, 2N, ...; or a callable from
+            the step to a bool.
+        histogram_buckets: Buckets of the activation histograms; None for
+            none.
+        std_band: Healthy `(low, high)` band of each layer's activation
+            std (sigmoid and softmax layers, whose std cannot exceed 0.5,
+            are left out); None for no band alert. Ignored when `rules` is
+            given.
+        dead_fraction: Warn above this fraction of dead units in a layer;
+            None for no dead-unit alert. Ignored when `rules` is given.
+        rules: Alert rules by name (reading the metrics
+            "activation_std" and "activation_dead_fraction"), instead of
+            the defaults; `{}` for none.
+        actions: `{tier: action}`, as for `GradientAlertCallback`.
+        log_dir: Directory of the event file; or `writer`, an existing
+            `tf.summary` writer. Neither: nothing is written.
+        jsonl_path: Append each alert as one JSON line to this file.
+        cooldown_steps: Do not repeat an alert (rule, tier, layer) within
+            this many steps.
+        max_per_rule: At most this many alerts per rule and tier.
+        tag_scope: Inserted after the statistic in every tag.
+        forward: Runs the model on the probe batch; default
+            `model(data, training=False)`.
+
+    Example:
+
+    ```python
+    monitor = keras_gradmon.ActivationMonitor(
+        agent._q_network, observations, every_n_steps=100, log_dir="logs")
+    for experience in dataset:
+        agent.train(experience)
+        monitor.update(agent.train_step_counter)
+    ```
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        data: Any,
+        layers: str | Sequence[str] | None = None,
+        every_n_steps: HostFrequency = 100,
+        histogram_buckets: int | None = 30,
+        std_band: tuple[float, float] | None = (0.5, 2.0),
+        dead_fraction: float | None = 0.25,
+        rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
+        actions: Mapping[str, Action] | None = None,
+        log_dir: str | None = None,
+        writer: Any = None,
+        jsonl_path: str | None = None,
+        cooldown_steps: int = 0,
+        max_per_rule: int | None = None,
+        tag_scope: str | None = None,
+        forward: Callable[[Any], Any] | None = None,
+    ) -> None:
+        if data is None:
+            raise ValueError(
+                "`data` must be a batch of model inputs to probe the layers "
+                "with (e.g. a few hundred held-out samples). Received: data=None"
+            )
+        self.every_n_steps = _frequency("every_n_steps", every_n_steps)
+        if histogram_buckets is not None:
+            _validation.positive_int("histogram_buckets", histogram_buckets)
+        if tag_scope is not None:
+            _validation.non_empty_string("tag_scope", tag_scope)
+        self.tag_scope = tag_scope
+        self.watched: list[WatchedLayer] = select_layers(model, layers)
+        if forward is None:
+
+            def forward(batch: Any) -> Any:
+                return model(batch, training=False)
+
+        self.probe = ActivationProbe(self.watched, forward, data, histogram_buckets)
+        if rules is None:
+            rules = default_activation_rules(std_band, dead_fraction)
+        self.engine = AlertEngine(
+            rules, RateLimiter(cooldown_steps=cooldown_steps, max_per_rule=max_per_rule)
+        )
+        self.delivery = AlertDelivery(
+            actions,
+            log_dir=log_dir,
+            writer=writer,
+            jsonl_path=jsonl_path,
+            tag_scope=tag_scope,
+        )
+        self.recorder = self.delivery.recorder
+        #: The most recent measurement, or None.
+        self.latest: ActivationSnapshot | None = None
+
+    @property
+    def layer_names(self) -> list[str]:
+        """The watched layers, as named in tags and alerts."""
+        return [w.name for w in self.watched]
+
+    @property
+    def alerts(self) -> list[Alert]:
+        """Every activation alert so far, in order."""
+        return self.engine.history
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether an alert with the "stop" action has fired."""
+        return self.delivery.stop_requested
+
+    def due(self, step: int) -> bool:
+        """Whether `step` is a measuring step (and not measured yet)."""
+        step = int(step)
+        if self.latest is not None and self.latest.step == step:
+            return False
+        if callable(self.every_n_steps):
+            return bool(self.every_n_steps(step))
+        return step % self.every_n_steps == 0
+
+    def update(self, step: Any) -> ActivationSnapshot | None:
+        """Measures if `step` (an int or an integer tensor/variable) is due.
+
+        Returns:
+            The new snapshot, or None when the step is not due.
+
+        Raises:
+            GradientAlertError: When an alert's tier has the "raise" action.
+        """
+        step = int(step)
+        return self.record(step) if self.due(step) else None
+
+    def record(self, step: Any) -> ActivationSnapshot:
+        """Measures now, writes the numbers and runs the rules.
+
+        Raises:
+            GradientAlertError: When an alert's tier has the "raise" action.
+        """
+        snapshot = self.probe.measure(int(step))
+        self.latest = snapshot
+        if self.recorder is not None:
+            self.recorder.write_scalars(
+                activation_scalar_summaries(snapshot, self.tag_scope), snapshot.step
+            )
+            self.recorder.write_histograms(
+                activation_histogram_summaries(snapshot, self.tag_scope),
+                snapshot.step,
+            )
+        alerts = self.engine.update(snapshot.step, activation_metrics(snapshot))
+        self.delivery.deliver(snapshot.step, alerts, self.engine)
+        return snapshot
+
+    def flush(self) -> None:
+        """Flushes the event file."""
+        if self.recorder is not None:
+            self.recorder.flush()

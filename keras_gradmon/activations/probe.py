@@ -1,0 +1,202 @@
+"""`ActivationProbe`: one compiled forward pass on a fixed batch that measures
+the outputs of the watched layers."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from keras_gradmon.activations.capture import capture_outputs
+from keras_gradmon.activations.layers import WatchedLayer
+from keras_gradmon.stats import bucket_counts, tensor_statistics
+from keras_gradmon.stats.activations import (
+    SATURATING,
+    dead_units,
+    saturated_fraction,
+)
+
+#: The per-layer numbers, in column order. `saturated_fraction` is NaN for
+#: layers that are not tanh or sigmoid.
+ACTIVATION_STATISTICS: tuple[str, ...] = (
+    "mean",
+    "std",
+    "min",
+    "max",
+    "zero_fraction",
+    "nonfinite",
+    "dead_fraction",
+    "saturated_fraction",
+)
+_MOMENTS = ACTIVATION_STATISTICS[:6]
+
+
+@dataclasses.dataclass(frozen=True)
+class ActivationSnapshot:
+    """The activation statistics of one probe, as NumPy data.
+
+    Attributes:
+        step: The training step the probe describes.
+        layers: The watched layers' names, in row order.
+        activations: The activation of each layer ("relu", "tanh", ...).
+        stats: `[num_layers, len(ACTIVATION_STATISTICS)]`; rows of layers
+            the forward pass did not reach are NaN.
+        reached: Boolean `[num_layers]`: whether the pass ran each layer.
+        hist_counts: int `[num_layers, buckets]` bucket counts, or None.
+        hist_range: `[num_layers, 2]` min and max of each layer's outputs,
+            or None.
+        samples: The number of probe samples (the window of `dead_fraction`).
+        dead_units: `{layer: indices}` of the units (last axis) that output
+            zero for every probe sample, for each reached layer.
+    """
+
+    step: int
+    layers: tuple[str, ...]
+    activations: tuple[str, ...]
+    stats: np.ndarray
+    reached: np.ndarray
+    hist_counts: np.ndarray | None
+    hist_range: np.ndarray | None
+    samples: int
+    dead_units: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def stat(self, name: str) -> dict[str, float]:
+        """`{layer: value}` of one statistic, for the layers the pass reached.
+
+        `saturated_fraction` lists only tanh and sigmoid layers.
+        """
+        column = self.stats[:, ACTIVATION_STATISTICS.index(name)]
+        return {
+            layer: float(value)
+            for layer, value, reached, activation in zip(
+                self.layers, column, self.reached, self.activations
+            )
+            if reached and (name != "saturated_fraction" or activation in SATURATING)
+        }
+
+
+def _merged(outputs: list[tf.Tensor]) -> tf.Tensor:
+    """One tensor of a layer's outputs; a shared layer's calls side by side."""
+    if len(outputs) == 1:
+        return outputs[0]
+    units = {o.shape[-1] for o in outputs}
+    if len(units) != 1 or None in units:
+        return outputs[0]
+    width = units.pop()
+    return tf.concat([tf.reshape(o, [-1, width]) for o in outputs], 0)
+
+
+def _layer_statistics(y: tf.Tensor, dead: tf.Tensor, activation: str) -> tf.Tensor:
+    moments = tensor_statistics(y, _MOMENTS)
+    saturation = (
+        saturated_fraction(y, activation)
+        if activation in SATURATING
+        else tf.constant(float("nan"))
+    )
+    return tf.stack(
+        [tf.cast(moments[name], tf.float32) for name in _MOMENTS]
+        + [tf.reduce_mean(tf.cast(dead, tf.float32)), saturation]
+    )
+
+
+def sample_count(data: Any) -> int:
+    """The number of samples in a batch of model inputs (its leading axis)."""
+    first = tf.nest.flatten(data)[0]
+    shape = tf.TensorShape(getattr(first, "shape", np.shape(first)))
+    if shape.rank is None or shape.rank == 0 or shape[0] is None:
+        raise ValueError(
+            "`data` must be a batch of model inputs with a leading sample "
+            f"axis. Received: data of shape {shape}"
+        )
+    return int(shape[0])
+
+
+class ActivationProbe:
+    """Runs the model on `data` and measures the watched layers' outputs.
+
+    Inference mode (`training=False`): dropout off, batch normalization on
+    its moving statistics, so the numbers describe the model as it stands,
+    not one noisy training pass.
+
+    Args:
+        layers: The layers to watch (`select_layers`).
+        forward: Runs the model on a batch (the probe batch is its only
+            argument); `model(x, training=False)` in the usual case.
+        data: The probe batch: what `forward` takes.
+        buckets: Histogram buckets, or None for no histograms.
+
+    Example:
+
+    ```python
+    probe = ActivationProbe(select_layers(model), lambda x: model(x), x_val[:256])
+    snapshot = probe.measure(step=0)
+    ```
+    """
+
+    def __init__(
+        self,
+        layers: Sequence[WatchedLayer],
+        forward: Callable[[Any], Any],
+        data: Any,
+        buckets: int | None,
+    ) -> None:
+        self.layers = list(layers)
+        self.samples = sample_count(data)
+        self.data = tf.nest.map_structure(tf.convert_to_tensor, data)
+        self.buckets = buckets
+        self._forward = forward
+        self._function = tf.function(self._measure, reduce_retracing=True)
+
+    def _measure(self, data: Any) -> dict[str, tf.Tensor]:
+        with capture_outputs([w.layer for w in self.layers]) as outputs:
+            self._forward(data)
+        missing = tf.fill([len(ACTIVATION_STATISTICS)], float("nan"))
+        rows, reached, dead, counts, ranges = [], [], [], [], []
+        for watched, outs in zip(self.layers, outputs):
+            reached.append(bool(outs))
+            y = _merged(outs) if outs else None
+            dead.append(dead_units(y) if outs else tf.zeros([0], tf.bool))
+            rows.append(
+                _layer_statistics(y, dead[-1], watched.activation) if outs else missing
+            )
+            if self.buckets is not None:
+                c, r = (
+                    bucket_counts(y, self.buckets)
+                    if outs
+                    else (tf.zeros([self.buckets], tf.int32), tf.zeros([2]))
+                )
+                counts.append(c)
+                ranges.append(r)
+        result = {
+            "stats": tf.stack(rows),
+            "reached": tf.constant(reached),
+            "dead": dead,
+        }
+        if self.buckets is not None:
+            result["counts"] = tf.stack(counts)
+            result["ranges"] = tf.stack(ranges)
+        return result
+
+    def measure(self, step: int) -> ActivationSnapshot:
+        """Runs the probe now (one forward pass, one host read)."""
+        result = self._function(self.data)
+        values = {k: np.asarray(v) for k, v in result.items() if k != "dead"}
+        names = tuple(w.name for w in self.layers)
+        return ActivationSnapshot(
+            step=int(step),
+            layers=names,
+            activations=tuple(w.activation for w in self.layers),
+            stats=values["stats"],
+            reached=values["reached"],
+            hist_counts=values.get("counts"),
+            hist_range=values.get("ranges"),
+            samples=self.samples,
+            dead_units={
+                name: np.flatnonzero(np.asarray(mask))
+                for name, mask, reached in zip(names, result["dead"], values["reached"])
+                if reached
+            },
+        )

@@ -1,0 +1,173 @@
+"""`ActivationMonitorCallback`: activation statistics and dead-ReLU tracking
+during `fit`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import keras
+
+from keras_gradmon import _validation
+from keras_gradmon.activations.monitor import ActivationMonitor, HostFrequency
+from keras_gradmon.alerts import Alert
+from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.defaults import default_activation_rules
+from keras_gradmon.recorders.alerts import Action, validate_actions
+
+
+class ActivationMonitorCallback(keras.callbacks.Callback):
+    """Records the activations of a model's layers during `fit`.
+
+    Before the train steps 0, N, 2N, ... it runs the model once on the probe
+    batch `data` (inference mode), and writes per watched layer the mean,
+    std, min, max, fraction of zeros, dead-unit fraction, saturation (tanh,
+    sigmoid) and a histogram under `activation_<stat>/<layer>` and
+    `activation_hist/<layer>`. The step is the optimizer's iteration count,
+    so activations and gradients of one step sit side by side in
+    TensorBoard: both describe the weights that step started from. Other
+    batches cost nothing: the callback counts them without touching the
+    device. Std outside the healthy band and dead units raise alerts (see
+    `ActivationMonitor`).
+
+    Args:
+        data: The probe batch of model inputs (a few hundred held-out
+            samples): the window over which a unit must stay at zero to
+            count as dead.
+        log_dir: Directory of the event file; or `writer`, an existing
+            `tf.summary` writer.
+        writer: See `log_dir`.
+        layers: None for every layer with a hidden activation; a list of
+            layer names; or a regex. Unknown names are an error listing
+            the model's layers (when the model is known: at construction
+            with `model=`, else when `fit` starts).
+        every_n_steps: Measure every N steps, or a callable from the step
+            to a bool.
+        histogram_buckets: Histogram buckets, or None for no histograms.
+        std_band: Healthy `(low, high)` activation std; None: no alert.
+        dead_fraction: Warn above this fraction of dead units; None: no
+            alert.
+        rules: Alert rules replacing the two defaults; `{}` for none.
+        actions: `{tier: action}`: "log" (default), "stop", "raise" or a
+            callable.
+        jsonl_path: Append each alert as one JSON line to this file.
+        cooldown_steps: Do not repeat an alert within this many steps.
+        max_per_rule: At most this many alerts per rule and tier.
+        tag_scope: Inserted after the statistic in every tag.
+        model: The model, when known before `fit` (checks `layers` now).
+
+    Example:
+
+    ```python
+    model.fit(x, y, callbacks=[keras_gradmon.ActivationMonitorCallback(
+        x_val[:256], log_dir="logs/activations", every_n_steps=100)])
+    ```
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        log_dir: str | None = None,
+        writer: Any = None,
+        layers: str | Sequence[str] | None = None,
+        every_n_steps: HostFrequency = 100,
+        histogram_buckets: int | None = 30,
+        std_band: tuple[float, float] | None = (0.5, 2.0),
+        dead_fraction: float | None = 0.25,
+        rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
+        actions: Mapping[str, Action] | None = None,
+        jsonl_path: str | None = None,
+        cooldown_steps: int = 0,
+        max_per_rule: int | None = None,
+        tag_scope: str | None = None,
+        model: Any = None,
+    ) -> None:
+        super().__init__()
+        if data is None:
+            raise ValueError(
+                "`data` must be a batch of model inputs to probe the layers "
+                "with (e.g. x_val[:256]). Received: data=None"
+            )
+        if log_dir is not None and writer is not None:
+            raise ValueError(
+                "Pass at most one of `log_dir` and `writer`. Received: "
+                f"log_dir={log_dir!r}, writer={writer!r}"
+            )
+        # Everything that can be checked without the model, checked now.
+        if not callable(every_n_steps):
+            _validation.positive_int("every_n_steps", every_n_steps)
+        if histogram_buckets is not None:
+            _validation.positive_int("histogram_buckets", histogram_buckets)
+        if rules is None:
+            default_activation_rules(std_band, dead_fraction)
+        validate_actions(actions)
+        self._options = dict(
+            data=data,
+            layers=layers,
+            every_n_steps=every_n_steps,
+            histogram_buckets=histogram_buckets,
+            std_band=std_band,
+            dead_fraction=dead_fraction,
+            rules=rules,
+            actions=actions,
+            log_dir=log_dir,
+            writer=writer,
+            jsonl_path=jsonl_path,
+            cooldown_steps=cooldown_steps,
+            max_per_rule=max_per_rule,
+            tag_scope=tag_scope,
+        )
+        self.monitor: ActivationMonitor | None = None
+        self._step = 0
+        self._epoch_start = 0
+        self._batches = 0
+        self._previous: int | None = None
+        if model is not None:
+            self.set_model(model)
+
+    @property
+    def alerts(self) -> list[Alert]:
+        """Every activation alert emitted so far, in order."""
+        return self.monitor.alerts if self.monitor else []
+
+    def set_model(self, model: Any) -> None:
+        super().set_model(model)
+        if self.monitor is None or self._monitored_model is not model:
+            self.monitor = ActivationMonitor(model, **self._options)
+            self._monitored_model = model
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        optimizer = getattr(self.model, "optimizer", None)
+        iterations = getattr(optimizer, "iterations", None)
+        self._epoch_start = int(iterations.numpy()) if iterations is not None else 0
+        self._batches = 0
+        self._previous = None
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self._epoch_start += self._batches
+        self._batches = 0
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        step = self._epoch_start + batch
+        if self._passed_due_step(step):
+            self.monitor.record(step)
+            if self.monitor.stop_requested:
+                self.model.stop_training = True
+        self._previous = step
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self._batches = batch + 1
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        self.monitor.flush()
+
+    def _passed_due_step(self, step: int) -> bool:
+        """Whether a measuring step lies in (previous batch start, step].
+
+        With `steps_per_execution` a batch covers several steps, so a due
+        step inside the previous one is measured at this batch's start.
+        """
+        frequency = self.monitor.every_n_steps
+        if callable(frequency) or self._previous is None:
+            return self.monitor.due(step)
+        return step // frequency > self._previous // frequency

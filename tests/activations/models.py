@@ -1,0 +1,136 @@
+"""Models with known activations, in the three Keras 3 styles."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+FEATURES = 6
+#: Units of `h1` given a large negative bias: dead on every input.
+DEAD = [1, 4, 6]
+
+
+def probe_data(n: int = 128, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(n, FEATURES)).astype("float32")
+
+
+def _kill_units(layer: keras.layers.Dense, units: list[int]) -> None:
+    kernel, bias = layer.get_weights()
+    bias[units] = -1e3
+    layer.set_weights([kernel, bias])
+
+
+def sequential(seed: int = 0) -> keras.Model:
+    """relu -> tanh -> sigmoid -> linear head; `h1`'s DEAD units are dead."""
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [
+            keras.Input((FEATURES,)),
+            keras.layers.Dense(8, activation="relu", name="h1"),
+            # A large init scale so that some tanh/sigmoid outputs saturate.
+            keras.layers.Dense(
+                6,
+                activation="tanh",
+                name="h2",
+                kernel_initializer=keras.initializers.RandomNormal(stddev=2.0),
+            ),
+            keras.layers.Dense(
+                4,
+                activation="sigmoid",
+                name="h3",
+                kernel_initializer=keras.initializers.RandomNormal(stddev=3.0),
+            ),
+            keras.layers.Dense(2, name="head"),
+        ],
+        name="seq",
+    )
+    _kill_units(model.get_layer("h1"), DEAD)
+    return model
+
+
+def functional(seed: int = 0) -> keras.Model:
+    """Two branches through one shared relu layer, then a tanh layer."""
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input((FEATURES,))
+    shared = keras.layers.Dense(8, activation="relu", name="shared")
+    left = shared(inputs)
+    right = shared(keras.layers.Lambda(lambda t: -t, name="negate")(inputs))
+    merged = keras.layers.Concatenate(name="concat")([left, right])
+    hidden = keras.layers.Dense(5, activation="tanh", name="h2")(merged)
+    outputs = keras.layers.Dense(2, name="head")(hidden)
+    return keras.Model(inputs, outputs, name="func")
+
+
+class Block(keras.layers.Layer):
+    """A nested layer holding its own Dense layers."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = keras.layers.Dense(7, activation="tanh", name="inner")
+        self.gate = keras.layers.Dense(7, activation="sigmoid", name="gate")
+
+    def call(self, x):
+        return self.inner(x) * self.gate(x)
+
+
+class Subclassed(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.h1 = keras.layers.Dense(8, activation="relu", name="h1")
+        self.block = Block(name="block")
+        self.head = keras.layers.Dense(2, name="head")
+
+    def call(self, x, training=False):
+        return self.head(self.block(self.h1(x)))
+
+
+def subclassed(seed: int = 0) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    model = Subclassed(name="sub")
+    model(probe_data(2))  # build
+    _kill_units(model.h1, DEAD)
+    return model
+
+
+def reference_activations(model: keras.Model, x: np.ndarray) -> dict[str, np.ndarray]:
+    """Each hidden layer's output on `x`, by calling the layers one by one."""
+    if isinstance(model, Subclassed):
+        h1 = model.h1(x)
+        return {
+            "h1": h1.numpy(),
+            "inner": model.block.inner(h1).numpy(),
+            "gate": model.block.gate(h1).numpy(),
+        }
+    if model.name == "func":
+        shared = model.get_layer("shared")
+        left, right = shared(x), shared(-x)
+        h2 = model.get_layer("h2")(np.concatenate([left, right], axis=1))
+        return {
+            "shared": np.concatenate([left.numpy(), right.numpy()], axis=0),
+            "h2": h2.numpy(),
+        }
+    out, y = {}, x
+    for layer in model.layers[:-1]:
+        y = layer(y)
+        out[layer.name] = y.numpy()
+    return out
+
+
+def reference_statistics(y: np.ndarray, activation: str) -> dict[str, float]:
+    """The activation statistics of `y` in NumPy float64."""
+    a = y.astype(np.float64)
+    samples = a.reshape(-1, a.shape[-1])
+    stats = {
+        "mean": a.mean(),
+        "std": a.std(),
+        "min": a.min(),
+        "max": a.max(),
+        "zero_fraction": np.mean(a == 0),
+        "nonfinite": 0.0,
+        "dead_fraction": np.mean(np.all(samples == 0, axis=0)),
+    }
+    if activation == "tanh":
+        stats["saturated_fraction"] = np.mean(np.abs(a) >= 0.99)
+    elif activation == "sigmoid":
+        stats["saturated_fraction"] = np.mean((a <= 0.01) | (a >= 0.99))
+    return {k: float(v) for k, v in stats.items()}

@@ -1,0 +1,235 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_gradmon
+from keras_gradmon import ActivationMonitor
+from keras_gradmon.activations.probe import ACTIVATION_STATISTICS
+from tests.activations import models
+from tests.reference import histogram_series, load_events, reference_histogram
+
+BUILDERS = {
+    "sequential": (models.sequential, {"h1": "relu", "h2": "tanh", "h3": "sigmoid"}),
+    "functional": (models.functional, {"shared": "relu", "h2": "tanh"}),
+    "subclassed": (
+        models.subclassed,
+        {"h1": "relu", "inner": "tanh", "gate": "sigmoid"},
+    ),
+}
+
+
+def _assert_matches(snapshot, expected: dict[str, float], layer: str) -> None:
+    for name in ACTIVATION_STATISTICS:
+        values = snapshot.stat(name)
+        if name not in expected:
+            assert layer not in values, (layer, name)
+            continue
+        want = expected[name]
+        tolerance = 2e-6 * max(1.0, abs(expected["max"]), abs(expected["min"]))
+        assert values[layer] == pytest.approx(want, abs=tolerance), (layer, name)
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_statistics_match_numpy(kind):
+    build, activations = BUILDERS[kind]
+    model = build()
+    x = models.probe_data()
+    monitor = ActivationMonitor(model, x, histogram_buckets=12)
+    snapshot = monitor.record(step=7)
+    assert snapshot.step == 7 and snapshot.samples == len(x)
+    assert dict(zip(snapshot.layers, snapshot.activations)) == activations
+    reference = models.reference_activations(model, x)
+    for layer, activation in activations.items():
+        y = reference[layer]
+        _assert_matches(
+            snapshot, models.reference_statistics(y, activation), layer
+        )
+        i = snapshot.layers.index(layer)
+        counts, low, high = reference_histogram(y, 12)
+        assert snapshot.hist_counts[i].tolist() == counts.tolist()
+        assert snapshot.hist_range[i].tolist() == pytest.approx([low, high])
+    if "h2" in activations and kind == "sequential":
+        # The data exercises saturation for real.
+        assert 0 < snapshot.stat("saturated_fraction")["h2"] < 1
+
+
+@pytest.mark.parametrize("kind", ["sequential", "subclassed"])
+def test_exactly_the_dead_units_are_reported(kind):
+    model = BUILDERS[kind][0]()
+    snapshot = ActivationMonitor(model, models.probe_data()).record(0)
+    assert snapshot.dead_units["h1"].tolist() == models.DEAD
+    assert snapshot.stat("dead_fraction")["h1"] == len(models.DEAD) / 8
+    others = [layer for layer in snapshot.layers if layer != "h1"]
+    assert all(snapshot.dead_units[layer].size == 0 for layer in others)
+
+
+def test_a_unit_alive_on_one_sample_is_not_dead():
+    model = models.sequential()
+    x = models.probe_data()
+    h1 = model.get_layer("h1")
+    kernel, bias = h1.get_weights()
+    # Unit 0 fires only for inputs with x[:, 0] > 3: one sample here.
+    kernel[:, 0] = 0.0
+    kernel[0, 0] = 1.0
+    bias[0] = -3.0
+    h1.set_weights([kernel, bias])
+    x[:, 0] = np.minimum(x[:, 0], 2.0)
+    x[5, 0] = 4.0
+    snapshot = ActivationMonitor(model, x, layers=["h1"]).record(0)
+    assert snapshot.dead_units["h1"].tolist() == models.DEAD
+    x[5, 0] = 2.0
+    snapshot = ActivationMonitor(model, x, layers=["h1"]).record(0)
+    assert snapshot.dead_units["h1"].tolist() == sorted([0, *models.DEAD])
+
+
+def test_layer_selection_by_names_and_regex():
+    model = models.sequential()
+    x = models.probe_data(8)
+    assert ActivationMonitor(model, x).layer_names == ["h1", "h2", "h3"]
+    assert ActivationMonitor(model, x, layers=["head", "h1"]).layer_names == [
+        "head",
+        "h1",
+    ]
+    assert ActivationMonitor(model, x, layers=r"^h[23]$").layer_names == ["h2", "h3"]
+
+
+def test_probe_is_traced_once_and_runs_without_python():
+    model = models.sequential()
+    traces = []
+
+    def forward(batch):
+        traces.append(1)
+        return model(batch, training=False)
+
+    monitor = ActivationMonitor(model, models.probe_data(), forward=forward)
+    for step in range(0, 500, 100):
+        monitor.update(step)
+    assert len(traces) == 1
+    # The hooks are gone: the layers are as they were.
+    assert all("call" not in vars(layer) for layer in model.layers)
+
+
+def test_update_measures_on_due_steps_once_each():
+    monitor = ActivationMonitor(
+        models.sequential(), models.probe_data(16), every_n_steps=3
+    )
+    measured = [s for s in [0, 0, 1, 2, 3, 3, 4, 6] if monitor.update(s)]
+    assert measured == [0, 3, 6]
+    monitor = ActivationMonitor(
+        models.sequential(), models.probe_data(16), every_n_steps=lambda s: s in (2, 5)
+    )
+    assert [s for s in range(7) if monitor.update(tf.constant(s, tf.int32))] == [2, 5]
+
+
+def test_event_file_holds_the_snapshot(tmp_path):
+    model = models.sequential()
+    x = models.probe_data()
+    monitor = ActivationMonitor(
+        model, x, log_dir=str(tmp_path), histogram_buckets=10, tag_scope="q"
+    )
+    first = monitor.record(0)
+    second = monitor.record(5)
+    monitor.flush()
+    events = load_events(str(tmp_path))
+    tags = set(events.Tags()["tensors"])
+    assert "activation_saturated_fraction/q/h2" in tags
+    assert "activation_saturated_fraction/q/h1" not in tags  # relu
+    for name in ACTIVATION_STATISTICS:
+        for layer, value in first.stat(name).items():
+            series = {
+                e.step: float(tf.make_ndarray(e.tensor_proto))
+                for e in events.Tensors(f"activation_{name}/q/{layer}")
+            }
+            assert series[0] == pytest.approx(value, nan_ok=True)
+            assert series[5] == pytest.approx(second.stat(name)[layer], nan_ok=True)
+    histograms = histogram_series(events, "activation_hist/q/h1")
+    assert histograms[0][:, 2].sum() == x.shape[0] * 8
+    flags = {
+        e.step: float(tf.make_ndarray(e.tensor_proto))
+        for e in events.Tensors("alerts/q/dead_units")
+    }
+    assert flags == {0: 1.0, 5: 1.0}  # 3 of 8 dead > 0.25
+
+
+def test_alerts_name_the_layer_and_run_actions(tmp_path, caplog):
+    model = models.sequential()
+    x = models.probe_data()
+    with caplog.at_level("WARNING", logger="keras_gradmon"):
+        monitor = ActivationMonitor(
+            model,
+            x,
+            layers=["h1"],
+            std_band=None,
+            jsonl_path=str(tmp_path / "alerts.jsonl"),
+            actions={"warning": "stop"},
+        )
+        monitor.record(0)
+    (alert,) = monitor.alerts
+    assert (alert.rule, alert.subject, alert.value) == ("threshold", "h1", 0.375)
+    assert "activation_dead_fraction of 'h1' = 0.375 > 0.25" in caplog.text
+    assert monitor.stop_requested
+    assert (tmp_path / "alerts.jsonl").read_text().count("\n") == 1
+    with pytest.raises(keras_gradmon.GradientAlertError, match="'h1'"):
+        ActivationMonitor(model, x, actions={"warning": "raise"}).record(0)
+
+
+def test_band_alert_for_an_exploding_layer():
+    model = models.sequential()
+    h1 = model.get_layer("h1")
+    kernel, bias = h1.get_weights()
+    h1.set_weights([kernel * 100, bias])
+    monitor = ActivationMonitor(model, models.probe_data(), dead_fraction=None)
+    for step in range(3):
+        monitor.record(step)
+    assert [(a.subject, a.comparison, a.step) for a in monitor.alerts] == [
+        ("h1", ">", 2)
+    ]
+
+
+def test_a_layer_the_pass_skips_is_reported_as_not_reached():
+    model = models.sequential()
+    x = models.probe_data(16)
+    # Runs h1 and the head only, skipping h2 and h3.
+    monitor = ActivationMonitor(
+        model,
+        x,
+        layers=["h1", "h2"],
+        forward=lambda b: model.get_layer("h1")(b),
+    )
+    snapshot = monitor.record(0)
+    assert snapshot.reached.tolist() == [True, False]
+    assert "h2" not in snapshot.stat("mean")
+    assert np.isnan(snapshot.stats[1]).all()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"layers": ["h1", "nope"]},
+            r"`layers` names \['nope'\] of the model.*The model's layers: "
+            r"\['h1', 'h2', 'h3', 'head'\]",
+        ),
+        ({"layers": "^x"}, r"matches no layer.*Received: layers='\^x'"),
+        ({"layers": 3}, "Received: layers=3"),
+        ({"data": None}, "Received: data=None"),
+        ({"data": np.float32(1.0)}, "leading sample axis"),
+        ({"every_n_steps": 0}, "`every_n_steps` must be a positive integer"),
+        ({"histogram_buckets": 0}, "Received: histogram_buckets=0"),
+        ({"std_band": (2.0, 1.0)}, "`low` must be smaller than `high`"),
+        ({"dead_fraction": 0.0}, "Received: dead_fraction=0.0"),
+        ({"actions": {"warning": "panic"}}, "Received: actions\\['warning'\\]"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(kwargs, message):
+    options = {"data": models.probe_data(4), **kwargs}
+    with pytest.raises(ValueError, match=message):
+        ActivationMonitor(models.sequential(), **options)
+
+
+def test_a_model_without_hidden_activations_needs_layer_names():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="out")])
+    with pytest.raises(ValueError, match=r"no layer with a hidden activation.*'out'"):
+        ActivationMonitor(model, np.zeros((4, 3), "float32"))
+    assert ActivationMonitor(model, np.zeros((4, 3), "float32"), layers=["out"])
