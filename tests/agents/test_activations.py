@@ -35,9 +35,9 @@ def test_qnetwork_hidden_layers_match_numpy():
     agent, _ = make_agent(False)
     x = _observations()
     monitor = keras_gradmon.ActivationMonitor(agent._q_network, x)
-    dense = [l for l in _encoder_layers(agent) if type(l).__name__ == "Dense"]
+    dense = [d for d in _encoder_layers(agent) if type(d).__name__ == "Dense"]
     # The relu layers of the encoder, not the linear Q-value head.
-    assert monitor.layer_names == [l.name for l in dense]
+    assert monitor.layer_names == [d.name for d in dense]
     assert [w.activation for w in monitor.watched] == ["relu", "relu"]
     snapshot = monitor.record(0)
     for name, y in zip(monitor.layer_names, _reference(agent, x)):

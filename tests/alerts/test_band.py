@@ -74,7 +74,7 @@ def test_default_activation_rules_read_std_and_dead_fraction():
 
 def test_default_activation_rules_switch_off_and_validate():
     assert default_activation_rules(std_band=None, dead_fraction=None) == {}
-    with pytest.raises(ValueError, match="Received: std_band=0.5"):
+    with pytest.raises(ValueError, match=r"Received: std_band=0\.5"):
         default_activation_rules(std_band=0.5)
-    with pytest.raises(ValueError, match="Received: dead_fraction=1.5"):
+    with pytest.raises(ValueError, match=r"Received: dead_fraction=1\.5"):
         default_activation_rules(dead_fraction=1.5)
