@@ -3,7 +3,9 @@
 The agent's optimizer is wrapped: every train step records gradient
 statistics (and clips, as configured) inside the compiled step, and under the
 default `tf.summary` writer the step writes them itself, next to tf-agents'
-own summaries. An `AlertChecker` looks at each new summary on the host.
+own summaries. An `AlertChecker` looks at each new summary on the host, and
+an `ActivationMonitor` measures the QNetwork's hidden layers (activation
+statistics, histograms, dead ReLU units) on a fixed batch of observations.
 
 Run:
 
@@ -83,20 +85,27 @@ def main(iterations: int, log_dir: str) -> None:
 
     for _ in range(100):  # seed the replay buffer
         driver.run()
+    # A fixed probe batch: observations the random-ish collect policy saw.
+    probe = buffer.gather_all().observation[0, :256]
+    activations = keras_gradmon.ActivationMonitor(
+        agent._q_network, probe, every_n_steps=MONITOR["every_n_steps"], writer=writer
+    )
     iterator = iter(dataset)
     with writer.as_default():
         for i in range(1, iterations + 1):
+            activations.update(counter)
             driver.run()
             experience, _ = next(iterator)
             loss = agent.train(experience).loss
             checker.check()
             if i % 500 == 0:
                 grad_norm = optimizer.snapshot().totals["grad_norm"]
+                dead = max(activations.latest.stat("dead_fraction").values())
                 ret = average_return(eval_env, agent.policy, 5)
                 tf.summary.scalar("eval/average_return", ret, step=counter)
                 print(
                     f"step {i}: loss {float(loss):.3f}, grad_norm {grad_norm:.3f}, "
-                    f"average return {ret:.1f}"
+                    f"dead units {dead:.0%}, average return {ret:.1f}"
                 )
     writer.flush()
     print(f"average return: {average_return(eval_env, agent.policy, 10):.1f}")
