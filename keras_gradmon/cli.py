@@ -1,4 +1,4 @@
-"""The `keras-gradmon` command."""
+"""The `keras-gradmon` command: `report` and `demo`."""
 
 from __future__ import annotations
 
@@ -7,36 +7,102 @@ import os
 import sys
 from collections.abc import Sequence
 
+#: Exit codes: alerts at or above `--fail-on` found; a usage or input error.
+EXIT_ALERTS = 1
+EXIT_ERROR = 2
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="keras-gradmon",
-        description="Gradient monitoring for Keras and tf-agents.",
+        description="Gradient and activation monitoring for Keras and tf-agents.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+    report = commands.add_parser(
+        "report",
+        help="training-health report from TensorBoard logs",
+        description=(
+            "Reads the event files under LOGDIR with TensorBoard's reader and "
+            "prints, per run: the global gradient norm over time, clipping, "
+            "skipped steps, alerts in order and the layers that look "
+            "unhealthy. Writes PNG plots and a self-contained HTML page."
+        ),
+    )
+    report.add_argument("logdir", metavar="LOGDIR")
+    report.add_argument(
+        "--out", default=None, help="where the plots and HTML go (LOGDIR/report)"
+    )
+    report.add_argument(
+        "--fail-on",
+        choices=("warning", "critical"),
+        default=None,
+        help=f"exit with {EXIT_ALERTS} if any alert of this tier or worse exists",
+    )
+    report.add_argument(
+        "--no-plots", action="store_true", help="console text only: no PNG, no HTML"
+    )
     demo = commands.add_parser(
-        "demo", help="train a small model with monitoring on and write TensorBoard logs"
+        "demo",
+        help="train the embedded model twice (exploding, then clipped) and report",
     )
     demo.add_argument("--logdir", default=None, help="where to write the logs")
     demo.add_argument("--epochs", type=int, default=5)
+    demo.add_argument("--quiet", action="store_true", help="no per-batch progress bar")
     return parser
+
+
+def run_report(
+    log_dir: str,
+    out_dir: str | None = None,
+    fail_on: str | None = None,
+    plots: bool = True,
+) -> int:
+    """Prints the report of `log_dir`; returns the exit code."""
+    from keras_gradmon.report.analysis import analyze, failing_alerts
+    from keras_gradmon.report.events import ReportError, load_runs
+    from keras_gradmon.report.render import report_html, report_text, write_plots
+
+    try:
+        runs = load_runs(log_dir)
+    except ReportError as error:
+        print(f"keras-gradmon report: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    reports = analyze(runs)
+    print(report_text(log_dir, reports))
+    if plots and reports:
+        out_dir = out_dir or os.path.join(log_dir, "report")
+        written = write_plots(reports, out_dir)
+        page = os.path.join(out_dir, "report.html")
+        with open(page, "w", encoding="utf-8") as file:
+            file.write(report_html(log_dir, reports, written))
+        print(f"\nPlots and HTML report: {os.path.abspath(page)}")
+    if fail_on is not None:
+        failing = failing_alerts(reports, fail_on)
+        if failing:
+            print(
+                f"\n{len(failing)} alert(s) at {fail_on} or worse: exit {EXIT_ALERTS}",
+                file=sys.stderr,
+            )
+            return EXIT_ALERTS
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code."""
     args = _parser().parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if args.command == "demo":
-        if args.epochs < 1:
-            print(
-                f"--epochs must be >= 1. Received: --epochs={args.epochs}",
-                file=sys.stderr,
-            )
-            return 2
-        from keras_gradmon.demo import run_demo
+    if args.command == "report":
+        return run_report(args.logdir, args.out, args.fail_on, not args.no_plots)
+    if args.epochs < 1:
+        print(
+            f"--epochs must be >= 1. Received: --epochs={args.epochs}",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    from keras_gradmon.demo import run_demo
 
-        run_demo(args.logdir, epochs=args.epochs)
-    return 0
+    log_dir = run_demo(args.logdir, epochs=args.epochs, verbose=0 if args.quiet else 1)
+    return run_report(log_dir)
 
 
 if __name__ == "__main__":

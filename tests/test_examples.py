@@ -23,13 +23,3 @@ def test_custom_loop_example_writes_what_it_recorded(tmp_path):
     np.testing.assert_allclose(series[30], totals["grad_norm"], rtol=1e-6)
     assert "clip/pre_norm" in events.Tags()["tensors"]
     assert "alerts/nonfinite" in events.Tags()["tensors"]
-
-
-def test_demo_runs_and_says_where_the_logs_are(tmp_path, capsys):
-    from keras_gradmon.cli import main
-
-    assert main(["demo", "--logdir", str(tmp_path), "--epochs", "1"]) == 0
-    out = capsys.readouterr().out
-    assert f"tensorboard --logdir {tmp_path}" in out
-    events = load_events(str(tmp_path / "gradients"))
-    assert "grad_norm/hidden" in events.Tags()["tensors"]

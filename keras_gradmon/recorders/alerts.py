@@ -22,6 +22,8 @@ from keras_gradmon.tags import GLOBAL, tag
 #: (`GradientAlertError`), or a callable taking the `Alert`.
 Action = str | Callable[[Alert], Any]
 ACTIONS = ("log", "stop", "raise")
+#: The tag statistic of the alert texts: `alert_log/all`, `alert_log/<scope>/all`.
+ALERT_LOG = "alert_log"
 
 logger = logging.getLogger("keras_gradmon")
 
@@ -78,8 +80,9 @@ def summary_metrics(snapshot: Snapshot) -> dict[str, dict[str, float]]:
 
 class AlertDelivery:
     """Delivers what an `AlertEngine` raised: a log line per alert (logger
-    "keras_gradmon"), `alerts/<rule>` flags, JSON Lines, and each tier's
-    action. Shared by the gradient and the activation alerts.
+    "keras_gradmon"), `alerts/<rule>` flags and the alerts as JSON text
+    (`alert_log/all`) in TensorBoard, JSON Lines, and each tier's action.
+    Shared by the gradient and the activation alerts.
 
     Args:
         actions: `{tier: action}`; see `Action`.
@@ -133,6 +136,14 @@ class AlertDelivery:
                 },
                 step,
             )
+            if alerts:
+                # The alerts themselves, for `keras-gradmon report` and
+                # TensorBoard's Text dashboard: one JSON object per line.
+                self.recorder.write_text(
+                    tag(ALERT_LOG, "all", self.tag_scope),
+                    [json.dumps(alert.to_dict()) for alert in alerts],
+                    step,
+                )
             self.recorder.flush()
         for alert in alerts:
             action = self.actions[alert.tier]

@@ -10,6 +10,7 @@ import tensorflow as tf
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
+from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.util import tensor_util
 
 
@@ -48,6 +49,9 @@ class TensorBoardRecorder:
         self._histogram_metadata = histogram_metadata.create_summary_metadata(
             display_name="", description=""
         )
+        self._text_metadata = text_metadata.create_summary_metadata(
+            display_name="", description=""
+        )
         # TensorBoard needs a tag's plugin metadata in its first event only.
         self._described: set[str] = set()
 
@@ -79,6 +83,16 @@ class TensorBoardRecorder:
                 ),
             )
             self._describe(entry, self._histogram_metadata)
+        self._write(summary, step)
+
+    def write_text(self, tag: str, lines: list[str], step: int) -> None:
+        """Writes `lines` as one text summary (a vector of strings) at `step`."""
+        summary = summary_pb2.Summary()
+        entry = summary.value.add(
+            tag=tag,
+            tensor=tensor_util.make_tensor_proto(np.asarray(lines, dtype=object)),
+        )
+        self._describe(entry, self._text_metadata)
         self._write(summary, step)
 
     def _describe(self, entry: Any, metadata: Any) -> None:
