@@ -6,6 +6,10 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from keras_gradmon.report.analysis import HealthCriteria
 
 #: Exit codes: alerts at or above `--fail-on` found; a usage or input error.
 EXIT_ALERTS = 1
@@ -41,6 +45,20 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--no-plots", action="store_true", help="console text only: no PNG, no HTML"
     )
+    report.add_argument(
+        "--std-band",
+        nargs=2,
+        type=float,
+        metavar=("LOW", "HIGH"),
+        default=(0.5, 2.0),
+        help="healthy activation std band (default 0.5 2.0)",
+    )
+    report.add_argument(
+        "--dead-fraction",
+        type=float,
+        default=0.25,
+        help="flag layers with more dead units than this fraction (default 0.25)",
+    )
     demo = commands.add_parser(
         "demo",
         help="train the embedded model twice (exploding, then clipped) and report",
@@ -56,6 +74,7 @@ def run_report(
     out_dir: str | None = None,
     fail_on: str | None = None,
     plots: bool = True,
+    criteria: HealthCriteria | None = None,
 ) -> int:
     """Prints the report of `log_dir`; returns the exit code."""
     from keras_gradmon.report.analysis import analyze, failing_alerts
@@ -67,7 +86,7 @@ def run_report(
     except ReportError as error:
         print(f"keras-gradmon report: {error}", file=sys.stderr)
         return EXIT_ERROR
-    reports = analyze(runs)
+    reports = analyze(runs, criteria)
     print(report_text(log_dir, reports))
     if plots and reports:
         out_dir = out_dir or os.path.join(log_dir, "report")
@@ -92,7 +111,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.command == "report":
-        return run_report(args.logdir, args.out, args.fail_on, not args.no_plots)
+        low, high = args.std_band
+        if not 0 <= low < high or not 0 < args.dead_fraction < 1:
+            print(
+                "--std-band must be 0 <= LOW < HIGH and --dead-fraction in (0, 1). "
+                f"Received: --std-band {low:g} {high:g} "
+                f"--dead-fraction {args.dead_fraction:g}",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
+        from keras_gradmon.report.analysis import HealthCriteria
+
+        criteria = HealthCriteria(
+            std_band=(low, high), dead_fraction=args.dead_fraction
+        )
+        return run_report(
+            args.logdir, args.out, args.fail_on, not args.no_plots, criteria
+        )
     if args.epochs < 1:
         print(
             f"--epochs must be >= 1. Received: --epochs={args.epochs}",

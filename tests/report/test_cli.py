@@ -111,6 +111,10 @@ def test_fail_on_warning_but_not_critical(tmp_path, capsys):
     code, out, _ = _report(capsys, tmp_path, "--no-plots", "--fail-on", "critical")
     assert code == 0
     assert "h1  dead units" in out
+    _, out, _ = _report(capsys, tmp_path, "--no-plots", "--dead-fraction", "0.5")
+    assert "dead units" not in out  # 3 of 8 is below 0.5
+    code, _, err = _report(capsys, tmp_path, "--std-band", "2", "1")
+    assert code == EXIT_ERROR and "Received: --std-band 2 1" in err
 
 
 def test_clear_errors_for_missing_or_empty_directories(tmp_path, capsys):
