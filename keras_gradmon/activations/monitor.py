@@ -16,7 +16,7 @@ from keras_gradmon.alerts.defaults import (
     DEAD_FRACTION,
     default_activation_rules,
 )
-from keras_gradmon.recorders.alerts import Action, AlertDelivery
+from keras_gradmon.recorders.alerts import Action, AlertDelivery, validate_actions
 from keras_gradmon.tags import (
     activation_histogram_summaries,
     activation_scalar_summaries,
@@ -27,10 +27,39 @@ from keras_gradmon.tags import (
 HostFrequency = int | Callable[[int], bool]
 
 
-def _frequency(name: str, value: object) -> HostFrequency:
-    if callable(value):
-        return value  # type: ignore[return-value]
-    return _validation.positive_int(name, value)
+def check_options(
+    data: Any,
+    every_n_steps: HostFrequency,
+    histogram_buckets: int | None,
+    std_band: tuple[float, float] | None,
+    dead_fraction: float | None,
+    rules: Mapping[str, Rule] | Sequence[Rule] | None,
+    actions: Mapping[str, Action] | None,
+    log_dir: str | None,
+    writer: Any,
+    tag_scope: str | None,
+) -> None:
+    """Checks the options that need no model; raises a ValueError naming the
+    argument (so the callback fails at construction, before `fit`)."""
+    if data is None:
+        raise ValueError(
+            "`data` must be a batch of model inputs to probe the layers "
+            "with (e.g. x_val[:256]). Received: data=None"
+        )
+    if not callable(every_n_steps):
+        _validation.positive_int("every_n_steps", every_n_steps)
+    if histogram_buckets is not None:
+        _validation.positive_int("histogram_buckets", histogram_buckets)
+    if rules is None:
+        default_activation_rules(std_band, dead_fraction)
+    validate_actions(actions)
+    if log_dir is not None and writer is not None:
+        raise ValueError(
+            "Pass at most one of `log_dir` and `writer`. Received: "
+            f"log_dir={log_dir!r}, writer={writer!r}"
+        )
+    if tag_scope is not None:
+        _validation.non_empty_string("tag_scope", tag_scope)
 
 
 #: Outputs confined to [0, 1] have a std of at most 0.5: the std band says
@@ -125,16 +154,19 @@ class ActivationMonitor:
         tag_scope: str | None = None,
         forward: Callable[[Any], Any] | None = None,
     ) -> None:
-        if data is None:
-            raise ValueError(
-                "`data` must be a batch of model inputs to probe the layers "
-                "with (e.g. a few hundred held-out samples). Received: data=None"
-            )
-        self.every_n_steps = _frequency("every_n_steps", every_n_steps)
-        if histogram_buckets is not None:
-            _validation.positive_int("histogram_buckets", histogram_buckets)
-        if tag_scope is not None:
-            _validation.non_empty_string("tag_scope", tag_scope)
+        check_options(
+            data,
+            every_n_steps,
+            histogram_buckets,
+            std_band,
+            dead_fraction,
+            rules,
+            actions,
+            log_dir,
+            writer,
+            tag_scope,
+        )
+        self.every_n_steps = every_n_steps
         self.tag_scope = tag_scope
         self.watched: list[WatchedLayer] = select_layers(model, layers)
         if forward is None:

@@ -8,12 +8,14 @@ from typing import Any
 
 import keras
 
-from keras_gradmon import _validation
-from keras_gradmon.activations.monitor import ActivationMonitor, HostFrequency
+from keras_gradmon.activations.monitor import (
+    ActivationMonitor,
+    HostFrequency,
+    check_options,
+)
 from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.base import Rule
-from keras_gradmon.alerts.defaults import default_activation_rules
-from keras_gradmon.recorders.alerts import Action, validate_actions
+from keras_gradmon.recorders.alerts import Action
 
 
 class ActivationMonitorCallback(keras.callbacks.Callback):
@@ -83,24 +85,19 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
         model: Any = None,
     ) -> None:
         super().__init__()
-        if data is None:
-            raise ValueError(
-                "`data` must be a batch of model inputs to probe the layers "
-                "with (e.g. x_val[:256]). Received: data=None"
-            )
-        if log_dir is not None and writer is not None:
-            raise ValueError(
-                "Pass at most one of `log_dir` and `writer`. Received: "
-                f"log_dir={log_dir!r}, writer={writer!r}"
-            )
         # Everything that can be checked without the model, checked now.
-        if not callable(every_n_steps):
-            _validation.positive_int("every_n_steps", every_n_steps)
-        if histogram_buckets is not None:
-            _validation.positive_int("histogram_buckets", histogram_buckets)
-        if rules is None:
-            default_activation_rules(std_band, dead_fraction)
-        validate_actions(actions)
+        check_options(
+            data,
+            every_n_steps,
+            histogram_buckets,
+            std_band,
+            dead_fraction,
+            rules,
+            actions,
+            log_dir,
+            writer,
+            tag_scope,
+        )
         self._options = dict(
             data=data,
             layers=layers,
