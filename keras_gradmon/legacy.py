@@ -18,6 +18,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
+from keras_gradmon import distribute
 from keras_gradmon.config import MonitorConfig
 from keras_gradmon.monitor import (
     GradientMonitor,
@@ -141,10 +142,21 @@ class LegacyGradientMonitorOptimizer(MonitoredOptimizer, _NEW_BASE):
     def apply_gradients(
         self, grads_and_vars: Iterable, name: str | None = None, **kwargs: Any
     ) -> Any:
-        """Records statistics of the gradients, then applies them with the inner
-        optimizer (see the class docstring). Returns what it returns."""
+        """Records statistics of the gradients, then applies them with the
+        inner optimizer (see the class docstring). Returns what it returns.
+
+        Under a multi-replica strategy the gradients are summed across the
+        replicas here, once (unless the caller says they are, with
+        `skip_gradients_aggregation=True`), and the inner optimizer is told
+        not to sum them again.
+        """
         grads_and_vars = list(grads_and_vars)
+        aggregated = kwargs.pop("skip_gradients_aggregation", False) or not (
+            kwargs.pop("experimental_aggregate_gradients", True)
+        )
         grads = [g for g, _ in grads_and_vars]
+        if not aggregated:
+            grads = distribute.all_reduce_sum(grads)
         variables = [v for _, v in grads_and_vars]
         if not self.monitor.built:
             self.build(variables)
@@ -159,15 +171,16 @@ class LegacyGradientMonitorOptimizer(MonitoredOptimizer, _NEW_BASE):
 
         with tf.name_scope(self.name):
             grads, finite = self.monitor.record(step, grads, indices, after=after)
-        pairs = list(zip(grads, variables))
-        if not self.monitor_config.skip_nonfinite:
+        # Both tf_keras optimizer kinds take this (the new one in **kwargs).
+        kwargs["experimental_aggregate_gradients"] = False
+
+        def apply(grads: list, variables: list) -> Any:
+            pairs = list(zip(grads, variables))
             return self.inner_optimizer.apply_gradients(pairs, name=name, **kwargs)
 
-        def apply() -> tf.Tensor:
-            self.inner_optimizer.apply_gradients(pairs, name=name, **kwargs)
-            return tf.constant(True)
-
-        tf.cond(finite, apply, lambda: tf.constant(False))
+        if not self.monitor_config.skip_nonfinite:
+            return apply(grads, variables)
+        distribute.apply_if(finite, apply, (grads, variables))
         return self.iterations
 
     def _index(self, variable: tf.Variable) -> int:

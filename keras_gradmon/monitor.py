@@ -15,6 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_gradmon import distribute
 from keras_gradmon.config import Frequency, MonitorConfig
 from keras_gradmon.state import (
     HistogramSnapshot,
@@ -151,6 +152,8 @@ class GradientMonitor:
         grads: Sequence[tf.Tensor | None],
         indices: Sequence[int],
         after: Callable[[str], None] | None = None,
+        applied: Callable[[list[tf.Tensor | None]], tf.Tensor] | None = None,
+        loss_scale: tf.Tensor | None = None,
     ) -> tuple[list[tf.Tensor | None], tf.Tensor]:
         """Records statistics of `grads` on summary steps, and clips them.
 
@@ -163,6 +166,13 @@ class GradientMonitor:
                 that just recorded them (to add summary ops there, the
                 tf-agents way), so that writing costs no conditional of
                 its own.
+            applied: For an inner optimizer that decides itself whether to
+                apply a step (a `LossScaleOptimizer` skips non-finite ones):
+                given the gradients this returns, whether the step will be
+                applied. A rejected step counts in `skipped_steps` and
+                records no statistics (its step number comes again).
+            loss_scale: The loss scale `grads` were unscaled by, recorded
+                with the statistics.
 
         Returns:
             `(grads to apply, finite)`: the gradients after the configured
@@ -172,16 +182,23 @@ class GradientMonitor:
         """
         step = tf.cast(step, tf.int64)
         by_index = {i: g for g, i in zip(grads, indices) if g is not None}
-        clipping = self._clip(by_index) if self._needs_global_norm else None
-        if self.config.skip_nonfinite:
+        clipping = self._clip(by_index) if self._needs_global_norm(applied) else None
+        out, finite = list(grads), tf.constant(True)
+        if clipping is not None:
+            clipped = clipping["grads"]
+            out = [None if g is None else clipped[i] for g, i in zip(grads, indices)]
+            finite = tf.math.is_finite(clipping["pre_norm"])
+        verdict = None if applied is None else applied(out)
+        if verdict is not None:
+            finite = verdict
+        if self.config.skip_nonfinite or verdict is not None:
             # Counted before the statistics, so a summary of this very step
-            # already shows it; the wrapper does the skipping.
-            nonfinite = tf.logical_not(tf.math.is_finite(clipping["pre_norm"]))
-            self.state.skipped.assign_add(tf.cast(nonfinite, tf.int64))
+            # already shows it; the wrapper (or the inner optimizer) skips.
+            self.state.skipped.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
         after = after or (lambda kind: None)
 
         def statistics() -> None:
-            self._record_statistics(step, by_index, clipping)
+            self._record_statistics(step, by_index, clipping, loss_scale)
             after("scalars")
 
         def histograms() -> None:
@@ -191,16 +208,13 @@ class GradientMonitor:
         parts = [(self.config.every_n_steps, statistics)]
         if self.state.hist_step is not None:
             parts.append((self.config.histogram_every_n_steps, histograms))
-        self._gated(parts, step)
-        if clipping is None:
-            return list(grads), tf.constant(True)
-        clipped = clipping["grads"]
-        out = [clipped[i] if g is not None else None for g, i in zip(grads, indices)]
-        return out, tf.math.is_finite(clipping["pre_norm"])
+        self._gated(parts, step, verdict)
+        return out, finite
 
-    @property
-    def _needs_global_norm(self) -> bool:
-        return self.clip_rule is not None or self.config.skip_nonfinite
+    def _needs_global_norm(self, applied: Callable | None) -> bool:
+        # With `applied`, the inner optimizer's own test decides the skips.
+        skip_by_norm = self.config.skip_nonfinite and applied is None
+        return self.clip_rule is not None or skip_by_norm
 
     def _clip(self, grads: dict[int, tf.Tensor]) -> dict[str, Any]:
         """Clips `grads` (every step) and counts the clipped steps."""
@@ -237,14 +251,29 @@ class GradientMonitor:
 
     @staticmethod
     def _gated(
-        parts: list[tuple[Frequency, Callable[[], None]]], step: tf.Tensor
+        parts: list[tuple[Frequency, Callable[[], None]]],
+        step: tf.Tensor,
+        allowed: tf.Tensor | None = None,
     ) -> None:
-        """Runs each `(frequency, fn)` on its summary steps.
+        """Runs each `(frequency, fn)` on its summary steps (and only where
+        `allowed` holds, if given).
 
         A step that is no summary step of any part runs a single graph
         conditional (one, not one per part): the per-part conditionals sit
         inside its taken branch.
         """
+        if allowed is not None:
+            # One conditional on steps that are skipped or not due.
+            if any(frequency != 1 for frequency, _ in parts):
+                due = [should_record(frequency, step) for frequency, _ in parts]
+                allowed = tf.logical_and(allowed, tf.reduce_any(tf.stack(due)))
+
+            def taken() -> tf.Tensor:
+                GradientMonitor._gated(parts, step)
+                return tf.constant(True)
+
+            gate(allowed, taken, lambda: tf.constant(False))
+            return
         always = [fn for frequency, fn in parts if frequency == 1]
         gated = [(frequency, fn) for frequency, fn in parts if frequency != 1]
         for fn in always:
@@ -303,6 +332,7 @@ class GradientMonitor:
         step: tf.Tensor,
         grads: dict[int, tf.Tensor],
         clipping: dict[str, Any] | None,
+        loss_scale: tf.Tensor | None = None,
     ) -> None:
         state = self.state
         present = sorted(grads)
@@ -335,6 +365,7 @@ class GradientMonitor:
             fraction = counts[1] / tf.maximum(counts[0], 1.0)
             state.clip_counts.assign(tf.zeros([2], tf.int64))
         skipped = tf.cast(state.skipped, tf.float32)
+        scale = nan if loss_scale is None else tf.cast(loss_scale, tf.float32)
         state.totals.assign(
             tf.stack(
                 [
@@ -346,6 +377,7 @@ class GradientMonitor:
                     post_norm,
                     fraction,
                     skipped,
+                    scale,
                 ]
             )
         )
@@ -422,10 +454,12 @@ class MonitoredOptimizer:
 def make_tf_variable(
     name: str, shape: tuple, dtype: str, initial: float
 ) -> tf.Variable:
-    """A `VariableFactory` that makes plain, non-trainable `tf.Variable`s."""
+    """A `VariableFactory` that makes non-trainable `tf.Variable`s, one copy
+    per replica under a strategy (see `keras_gradmon.distribute`)."""
     return tf.Variable(
         tf.fill(shape, tf.cast(initial, dtype)),
         trainable=False,
         name=name,
-        aggregation=tf.VariableAggregation.NONE,
+        synchronization=distribute.SYNCHRONIZATION,
+        aggregation=distribute.AGGREGATION,
     )

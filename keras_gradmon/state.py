@@ -30,7 +30,9 @@ GLOBAL_FIELDS: tuple[str, ...] = (
     "clip_pre_norm",  # global norm before clipping (NaN/Inf included)
     "clip_post_norm",  # global norm after clipping
     "clip_fraction",  # fraction of steps clipped since the previous summary
-    "skipped_steps",  # non-finite steps skipped so far (skip_nonfinite)
+    "skipped_steps",  # non-finite steps skipped so far (skip_nonfinite or
+    # by a wrapped LossScaleOptimizer)
+    "loss_scale",  # the loss scale of a wrapped LossScaleOptimizer (else NaN)
 )
 
 #: A function that creates one state variable:

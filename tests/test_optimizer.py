@@ -203,7 +203,9 @@ def test_model_fit_under_xla_matches_unwrapped_and_traces_once(tmp_path, monkeyp
     record = GradientMonitor.record
     # Python runs `record` only while TensorFlow traces the step.
     monkeypatch.setattr(
-        GradientMonitor, "record", lambda self, *a: traces.append(1) or record(self, *a)
+        GradientMonitor,
+        "record",
+        lambda self, *a, **k: traces.append(1) or record(self, *a, **k),
     )
     x, y = data(n=128)
     plain, monitored = mlp(), mlp()

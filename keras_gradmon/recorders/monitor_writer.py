@@ -5,6 +5,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from keras_gradmon import distribute, loss_scale
 from keras_gradmon.monitor import GradientMonitor
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 from keras_gradmon.state import NO_STEP, Snapshot
@@ -23,6 +24,11 @@ class MonitorWriter:
     >>> writer = MonitorWriter(optimizer.monitor, TensorBoardRecorder("logs"))
     >>> writer.write()  # after a train step  # doctest: +SKIP
     True
+
+    Under a multi-worker strategy only the chief writes (TensorFlow's
+    `strategy.extended.should_save_summary`); the other workers read the
+    same numbers (`latest`, for Keras logs and alerts) and write nothing, not
+    even an empty event file.
     """
 
     def __init__(self, monitor: GradientMonitor, recorder: TensorBoardRecorder) -> None:
@@ -31,6 +37,11 @@ class MonitorWriter:
         self.written_stats_step = NO_STEP
         self.written_hist_step = NO_STEP
         self.latest: Snapshot | None = None
+
+    @property
+    def writes(self) -> bool:
+        """Whether this process writes (False on non-chief workers)."""
+        return distribute.writes_summaries(self.monitor.state.stats_step)
 
     def pending(self) -> tuple[bool, bool]:
         """Whether unwritten scalars / histograms exist (two host reads)."""
@@ -41,24 +52,29 @@ class MonitorWriter:
         )
 
     def write(self) -> bool:
-        """Writes fresh scalars and histograms; returns whether it wrote any."""
+        """Writes fresh scalars and histograms; returns whether it wrote any
+        (on a non-chief worker: whether there was any to write)."""
         if not self.monitor.built:
             return False
         config = self.monitor.config
         fresh_stats, fresh_hist = self.pending()
+        writes = self.writes
         if fresh_stats:
             snapshot = self.monitor.snapshot()
-            self.recorder.write_scalars(
-                scalar_summaries(snapshot, config), snapshot.step
-            )
+            if writes:
+                self.recorder.write_scalars(
+                    scalar_summaries(snapshot, config), snapshot.step
+                )
             self.written_stats_step = snapshot.step
             self.latest = snapshot
-        if fresh_hist:
+        if fresh_hist and writes:
             histograms = self.monitor.histogram_snapshot()
             self.recorder.write_histograms(
                 histogram_summaries(histograms, config), histograms.step
             )
             self.written_hist_step = histograms.step
+        elif fresh_hist:
+            self.written_hist_step = self.monitor.state.steps()[1]
         return fresh_stats or fresh_hist
 
 
@@ -66,11 +82,20 @@ _writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def find_monitored(optimizer: Any) -> Any:
-    """The `GradientMonitorOptimizer` in `optimizer` or among its inner ones."""
+    """The `GradientMonitorOptimizer` in `optimizer` or among its inner ones.
+
+    Raises:
+        ValueError: If there is none, or if a `LossScaleOptimizer` wraps it
+            (the monitor must wrap the loss scaler, see `loss_scale`).
+    """
     current = optimizer
     for _ in range(8):
         if isinstance(getattr(current, "monitor", None), GradientMonitor):
             return current
+        if loss_scale.is_loss_scaler(current):
+            inner = getattr(current, "inner_optimizer", None)
+            if isinstance(getattr(inner, "monitor", None), GradientMonitor):
+                raise loss_scale.wrapped_monitor_error(optimizer)
         current = getattr(current, "inner_optimizer", None)
         if current is None:
             break

@@ -1,0 +1,111 @@
+"""Loss scaling (mixed_float16) seen from the monitor.
+
+With loss scaling the gradients an optimizer receives are `scale` times the
+true ones. The monitor wraps the loss scaler,
+`GradientMonitorOptimizer(LossScaleOptimizer(inner))`, so it sees every step,
+the skipped ones too, and it measures and clips `grads / scale`: the
+unscaled gradients, in float32 or wider. Dynamic loss scales are powers of
+two, so unscaling and scaling back (after clipping) are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from keras_gradmon.clipping.base import compute_dtype
+
+
+def is_loss_scaler(optimizer: Any) -> bool:
+    """Whether `optimizer` is a Keras 3 `LossScaleOptimizer`."""
+    return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+
+
+def current_scale(optimizer: Any) -> tf.Tensor | None:
+    """The factor the gradients handed to `optimizer` carry, or None for 1.
+
+    A `LossScaleOptimizer`'s dynamic scale, or a plain optimizer's static
+    `loss_scale_factor`.
+
+    Example:
+
+    >>> float(current_scale(keras.optimizers.SGD(loss_scale_factor=8.0)))
+    8.0
+    """
+    if is_loss_scaler(optimizer):
+        return tf.convert_to_tensor(optimizer.dynamic_scale, tf.float32)
+    factor = getattr(optimizer, "loss_scale_factor", None)
+    return None if factor is None else tf.constant(float(factor), tf.float32)
+
+
+def unscale(grads: Sequence[Any], scale: tf.Tensor | None) -> list[Any]:
+    """`grads / scale`, computed in float32 (float64 for float64 gradients).
+
+    Example:
+
+    >>> [g] = unscale([tf.constant([8.0], tf.float16)], tf.constant(4.0))
+    >>> g.dtype.name, g.numpy().tolist()
+    ('float32', [2.0])
+    """
+    if scale is None:
+        return list(grads)
+    out = []
+    for g in grads:
+        if g is None:
+            out.append(None)
+            continue
+        g = tf.convert_to_tensor(g)
+        dtype = compute_dtype(g.dtype)
+        out.append(tf.cast(g, dtype) / tf.cast(scale, dtype))
+    return out
+
+
+def rescale(
+    grads: Sequence[Any], scale: tf.Tensor | None, like: Sequence[Any]
+) -> list[Any]:
+    """The inverse of `unscale`: `grads * scale`, in the dtypes of `like`."""
+    if scale is None:
+        return [g if g is None else tf.cast(g, r.dtype) for g, r in zip(grads, like)]
+    return [
+        None if g is None else tf.cast(g * tf.cast(scale, g.dtype), r.dtype)
+        for g, r in zip(grads, like)
+    ]
+
+
+def will_apply(optimizer: Any, grads: Sequence[Any]) -> tf.Tensor | None:
+    """Whether a `LossScaleOptimizer` will apply `grads` (all finite), by its
+    own test; None for other optimizers (they apply every step)."""
+    if not is_loss_scaler(optimizer):
+        return None
+    return optimizer.check_finite(list(grads))
+
+
+def double_scaling_error(monitor_name: str, value: Any) -> ValueError:
+    """The error for a loss scaler wrapped around a monitor that already
+    wraps one: the loss would be scaled, and the gradients unscaled, twice."""
+    return ValueError(
+        f"GradientMonitorOptimizer {monitor_name!r} wraps a LossScaleOptimizer "
+        "and is itself being wrapped by an optimizer that sets its "
+        "`loss_scale_factor` (a second LossScaleOptimizer: `model.compile` "
+        "adds one under the 'mixed_float16' policy): the loss would be scaled "
+        "twice. Compile with `model.compile(optimizer=GradientMonitorOptimizer("
+        "LossScaleOptimizer(...)), auto_scale_loss=False)`. Received: "
+        f"loss_scale_factor={value!r}"
+    )
+
+
+def wrapped_monitor_error(outer: Any) -> ValueError:
+    """The error for `LossScaleOptimizer(GradientMonitorOptimizer(...))`."""
+    return ValueError(
+        "A LossScaleOptimizer wraps the GradientMonitorOptimizer: it calls "
+        "the monitor only on the steps it applies, so the steps it skips "
+        "(non-finite scaled gradients) could never be counted. Put the loss "
+        "scaler inside the monitor: "
+        "`GradientMonitorOptimizer(keras.optimizers.LossScaleOptimizer(inner))`"
+        ", and under the 'mixed_float16' policy compile with "
+        "`model.compile(optimizer=..., auto_scale_loss=False)` so that Keras "
+        f"does not add a second one. Received: optimizer={outer!r}"
+    )
