@@ -68,11 +68,16 @@ def test_event_files_hold_the_reference_statistics(tmp_path):
     for path, g, w in zip(PATHS, grads, weights):
         ref, wref = reference_statistics(g), reference_statistics(w)
         for name in keras_gradmon.STATISTICS:
+            # The reference gradient comes from an eager tape, the recorded
+            # one from the XLA step: they differ by float32 rounding, a few
+            # ulps of the largest element. A mean that cancels to ~0 (the
+            # head bias: softmax minus one-hot sums to 0) is only that noise.
             np.testing.assert_allclose(
                 step0[f"grad_{name}/{path}"],
                 ref[name],
                 rtol=2e-5,
-                atol=1e-7 * ref["max_abs"],
+                atol=8 * np.finfo(np.float32).eps * ref["max_abs"],
+                err_msg=f"grad_{name}/{path}",
             )
             np.testing.assert_allclose(
                 step0[f"weight_{name}/{path}"],
