@@ -1,0 +1,115 @@
+"""DqnAgent under MirroredStrategy (two logical CPUs), run in a process of its
+own and pickled for `test_distributed.py`:
+
+    TF_USE_LEGACY_KERAS=1 python -m tests.agents.mirrored_runner OUT_DIR
+
+Each run trains a fresh agent 4 steps on `make_batch()`: under the strategy
+each replica gets half of its 8 trajectories, `strategy.run(agent.train)`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+STEPS = 4
+STATS = {"every_n_steps": 1}
+CLIP = {
+    "every_n_steps": 1,
+    "histogram_every_n_steps": 2,
+    "clipping": {"method": "global_norm", "max_norm": 1.0},
+}
+
+
+def _two_cpus() -> None:
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2
+    )
+
+
+def run(strategy, options: dict | None, log_dir: str | None = None) -> dict:
+    import contextlib
+
+    import tensorflow as tf
+    from tf_agents.agents.dqn import dqn_agent
+    from tf_agents.networks import q_network
+    from tf_agents.trajectories import time_step as ts
+    from tf_agents.utils import common
+
+    import keras_gradmon
+    from tests.agents.helpers import ACTIONS, BATCH, OBS, loss_gradients, make_batch
+
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        tf.random.set_seed(0)
+        network = q_network.QNetwork(OBS, ACTIONS, fc_layer_params=(16, 8))
+        optimizer = tf.keras.optimizers.Adam(1e-2)
+        # Under a strategy tf-agents needs its counter aggregated so.
+        counter = tf.Variable(
+            0, dtype=tf.int64, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+        )
+        if options is not None:
+            optimizer = keras_gradmon.GradientMonitorOptimizer(
+                optimizer, step=counter, **options
+            )
+        agent = dqn_agent.DqnAgent(
+            ts.time_step_spec(OBS),
+            ACTIONS,
+            q_network=network,
+            optimizer=optimizer,
+            td_errors_loss_fn=common.element_wise_squared_loss,
+            train_step_counter=counter,
+        )
+        agent.initialize()
+    experience = make_batch()
+    if strategy is None:
+        train = tf.function(agent.train)
+        args = experience
+    else:
+        half = BATCH // strategy.num_replicas_in_sync
+
+        def part(context):
+            start = context.replica_id_in_sync_group * half
+            return tf.nest.map_structure(lambda t: t[start : start + half], experience)
+
+        args = strategy.experimental_distribute_values_from_function(part)
+        train = tf.function(lambda e: strategy.run(agent.train, args=(e,)))
+    writer = tf.summary.create_file_writer(log_dir) if log_dir else None
+    result = {"snapshots": [], "reference": []}
+    for _ in range(STEPS):
+        if strategy is None:  # the global batch's gradient, before the step
+            result["reference"].append(loss_gradients(agent, experience))
+        with writer.as_default() if writer else contextlib.nullcontext():
+            train(args)
+        if options is not None:
+            result["snapshots"].append(optimizer.snapshot())
+    if writer:
+        writer.flush()
+    result["final"] = [v.numpy() for v in agent._q_network.trainable_weights]
+    result["steps"] = int(counter.numpy())
+    return result
+
+
+def main(out_dir: str) -> None:
+    _two_cpus()
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    results = {
+        "clip": run(strategy, CLIP, log_dir=os.path.join(out_dir, "logs")),
+        "clip_single": run(None, CLIP),
+        "stats": run(strategy, STATS),
+        "plain": run(strategy, None),
+    }
+    with open(os.path.join(out_dir, "dqn.pkl"), "wb") as f:
+        pickle.dump(results, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
