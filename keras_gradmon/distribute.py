@@ -152,11 +152,18 @@ def keras_reduction_disabled(optimizer: Any) -> Iterator[None]:
     if replicas_in_sync() == 1:
         yield
         return
-    targets = [
-        o
-        for o in _keras_update_optimizers(optimizer)
-        if hasattr(o, "_all_reduce_sum_gradients")
-    ]
+    targets = _keras_update_optimizers(optimizer)
+    for target in targets:
+        if not hasattr(target, "_all_reduce_sum_gradients"):
+            import keras
+
+            # Summing twice would scale every update by the replica count.
+            raise RuntimeError(
+                f"Cannot apply already-summed gradients with {target!r} under "
+                "tf.distribute: this Keras version has no "
+                "`_all_reduce_sum_gradients` on its optimizers (known: Keras "
+                f"3.15). Received: keras {keras.__version__}"
+            )
     with _lock:
         for target in targets:
             count = _disabled.get(id(target), 0)
