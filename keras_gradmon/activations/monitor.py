@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from keras_gradmon import _validation
+from keras_gradmon import _validation, distribute
 from keras_gradmon.activations.layers import WatchedLayer, select_layers
 from keras_gradmon.activations.probe import ActivationProbe, ActivationSnapshot
 from keras_gradmon.alerts import Alert, AlertEngine, RateLimiter
@@ -25,6 +25,12 @@ from keras_gradmon.tags import (
 #: When to measure: every N steps, or a callable from the (Python int) step
 #: to a bool. Runs on the host, never inside the train step.
 HostFrequency = int | Callable[[int], bool]
+
+
+def _writes_summaries(model: Any) -> bool:
+    """False on the non-chief workers of a multi-worker strategy."""
+    weights = getattr(model, "weights", None) or []
+    return distribute.writes_summaries(weights[0]) if weights else True
 
 
 def check_options(
@@ -186,6 +192,7 @@ class ActivationMonitor:
             writer=writer,
             jsonl_path=jsonl_path,
             tag_scope=tag_scope,
+            writes=lambda: _writes_summaries(model),
         )
         self.recorder = self.delivery.recorder
         #: The most recent measurement, or None.
@@ -235,7 +242,7 @@ class ActivationMonitor:
         """
         snapshot = self.probe.measure(int(step))
         self.latest = snapshot
-        if self.recorder is not None:
+        if self.recorder is not None and self.delivery.writes():
             self.recorder.write_scalars(
                 activation_scalar_summaries(snapshot, self.tag_scope), snapshot.step
             )

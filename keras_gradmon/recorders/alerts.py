@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from keras_gradmon import distribute
 from keras_gradmon.alerts import CRITICAL, TIERS, WARNING, Alert, AlertEngine
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.limiter import RateLimiter
@@ -90,6 +91,9 @@ class AlertDelivery:
             or `writer`, an existing `tf.summary` writer. Neither: none.
         jsonl_path: Append each alert as one JSON line to this file.
         tag_scope: Inserted in the flags' tags (`alerts/<scope>/<rule>`).
+        writes: Says whether this process writes TensorBoard summaries
+            (False on the non-chief workers of a multi-worker strategy);
+            None: always. Logging, JSON Lines and actions happen anyway.
 
     Example:
 
@@ -104,8 +108,10 @@ class AlertDelivery:
         writer: Any = None,
         jsonl_path: str | None = None,
         tag_scope: str | None = None,
+        writes: Callable[[], bool] | None = None,
     ) -> None:
         self.actions = validate_actions(actions)
+        self.writes = writes or (lambda: True)
         self.recorder = (
             TensorBoardRecorder(log_dir=log_dir, writer=writer)
             if log_dir is not None or writer is not None
@@ -128,7 +134,7 @@ class AlertDelivery:
             with open(self.jsonl_path, "a", encoding="utf-8") as file:
                 for alert in alerts:
                     file.write(json.dumps(alert.to_dict()) + "\n")
-        if self.recorder is not None:
+        if self.recorder is not None and self.writes():
             self.recorder.write_scalars(
                 {
                     tag("alerts", name, self.tag_scope): float(name in engine.fired)
@@ -210,6 +216,9 @@ class AlertChecker:
             writer=writer,
             jsonl_path=jsonl_path,
             tag_scope=self.optimizer.monitor.config.tag_scope,
+            writes=lambda: distribute.writes_summaries(
+                self.optimizer.monitor.state.stats_step
+            ),
         )
         #: The step of the last summary the rules saw.
         self.checked_step = NO_STEP
