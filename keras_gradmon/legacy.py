@@ -95,6 +95,13 @@ class LegacyGradientMonitorOptimizer(MonitoredOptimizer, _NEW_BASE):
                 f"inner_optimizer={inner_optimizer!r} "
                 f"(of type {type(inner_optimizer).__name__})"
             )
+        if isinstance(inner_optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+            raise ValueError(
+                "`inner_optimizer` must not be a tf_keras LossScaleOptimizer: the "
+                "tf_keras wrapper does not unscale gradients (mixed_float16 is "
+                "supported with Keras 3 optimizers, see docs/distributed.md). "
+                f"Received: inner_optimizer={inner_optimizer!r}"
+            )
         if step is not None and not (
             isinstance(step, tf.Variable) and step.dtype.is_integer
         ):

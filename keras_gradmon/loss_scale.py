@@ -10,6 +10,7 @@ two, so unscaling and scaling back (after clipping) are exact.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,8 +21,14 @@ from keras_gradmon.clipping.base import compute_dtype
 
 
 def is_loss_scaler(optimizer: Any) -> bool:
-    """Whether `optimizer` is a Keras 3 `LossScaleOptimizer`."""
-    return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    """Whether `optimizer` is a `LossScaleOptimizer` (Keras 3's, or tf_keras's
+    where tf_keras is in use)."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return True
+    tf_keras = sys.modules.get("tf_keras")
+    return tf_keras is not None and isinstance(
+        optimizer, tf_keras.mixed_precision.LossScaleOptimizer
+    )
 
 
 def current_scale(optimizer: Any) -> tf.Tensor | None:
