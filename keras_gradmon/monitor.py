@@ -176,9 +176,10 @@ class GradientMonitor:
 
         Returns:
             `(grads to apply, finite)`: the gradients after the configured
-            clipping (None where the input was None) and whether every
-            gradient was finite (always True when neither clipping nor
-            `skip_nonfinite` is configured: nothing is computed for it).
+            clipping (None where the input was None) and whether the step
+            is to be applied: `applied`'s verdict if given, else whether
+            every gradient was finite (always True when neither clipping
+            nor `skip_nonfinite` is configured: nothing is computed for it).
         """
         step = tf.cast(step, tf.int64)
         by_index = {i: g for g, i in zip(grads, indices) if g is not None}

@@ -92,7 +92,17 @@ def fit_run(
         "histograms": histograms,
         "iterations": int(optimizer.iterations.numpy()),
         "skipped": _skipped(optimizer),
+        "replaced_left": _replaced_methods_left(optimizer),
     }
+
+
+def _replaced_methods_left(optimizer: Any) -> bool:
+    """Whether an optimizer in the chain still has the wrapper's replacement
+    of `_all_reduce_sum_gradients` (it must be gone after each step)."""
+    chain = [optimizer]
+    while getattr(chain[-1], "inner_optimizer", None) is not None:
+        chain.append(chain[-1].inner_optimizer)
+    return any("_all_reduce_sum_gradients" in vars(o) for o in chain)
 
 
 def _skipped(optimizer: Any) -> int:
@@ -163,4 +173,5 @@ def loop_run(
         "snapshots": snapshots,
         "iterations": int(optimizer.iterations.numpy()),
         "skipped": _skipped(optimizer),
+        "replaced_left": _replaced_methods_left(optimizer),
     }

@@ -91,6 +91,8 @@ def test_weights_match_the_unwrapped_and_the_one_device_runs(runs):
     for mine, single in zip(run["final"], runs["stats_single"]["final"]):
         np.testing.assert_allclose(mine, single, rtol=1e-5, atol=1e-6)
     assert run["iterations"] == runs["stats_plain"]["iterations"] == 8
+    # The inner optimizer's all-reduce is switched off only during the step.
+    assert not any(runs[name]["replaced_left"] for name in ("stats", "clip", "skip"))
 
 
 def test_global_norm_clipping_of_the_summed_gradient(runs):
