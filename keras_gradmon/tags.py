@@ -14,6 +14,7 @@ Tags put the statistic first so that TensorBoard groups cards by statistic:
 | `clip/pre_norm`, `clip/post_norm`     | global norm before / after clipping     |
 | `clip/scale`, `clip/fraction`         | post/pre norm; fraction of steps clipped|
 | `skipped/steps`                       | non-finite steps skipped so far         |
+| `loss_scale/scale`                    | a wrapped loss scaler's current scale   |
 | `grad_hist/<variable path>`           | gradient histogram                      |
 | `weight_hist/<variable path>`         | weight histogram                        |
 | `activation_<stat>/<layer>`           | activation statistic (ActivationMonitor)|
@@ -71,6 +72,7 @@ def scalar_entries(
     groups: Sequence[str],
     present: Collection[int],
     weights: bool,
+    loss_scale: bool = False,
 ) -> list[ScalarEntry]:
     """Every scalar a summary writes: the one tag scheme that both the host
     recorder (`scalar_summaries`) and the in-graph writer resolve.
@@ -81,6 +83,8 @@ def scalar_entries(
         groups: Group names, in row order.
         present: Rows of the variables that had a gradient.
         weights: Whether weight statistics are recorded.
+        loss_scale: Whether the monitor wraps a loss scaler (its scale and
+            skipped steps are written).
     """
     scope = config.tag_scope
     entries = [
@@ -100,9 +104,13 @@ def scalar_entries(
                 tag("clip", "fraction", scope), "total", column="clip_fraction"
             ),
         ]
-    if config.skip_nonfinite:
+    if config.skip_nonfinite or loss_scale:
         entries.append(
             ScalarEntry(tag("skipped", "steps", scope), "total", column="skipped_steps")
+        )
+    if loss_scale:
+        entries.append(
+            ScalarEntry(tag("loss_scale", "scale", scope), "total", column="loss_scale")
         )
     if weights:
         entries.append(
@@ -142,8 +150,9 @@ def scalar_summaries(snapshot: Snapshot, config: MonitorConfig) -> dict[str, flo
     out = {}
     present = set(np.flatnonzero(snapshot.has_grad).tolist())
     weights = snapshot.weight is not None
+    loss_scale = math.isfinite(totals["loss_scale"])
     for entry in scalar_entries(
-        config, snapshot.paths, snapshot.groups, present, weights
+        config, snapshot.paths, snapshot.groups, present, weights, loss_scale
     ):
         i, source = entry.row, entry.source
         if source == "total":

@@ -115,6 +115,9 @@ def test_the_loss_scalers_skips_are_counted_not_reported_as_explosions(
     totals = optimizer.snapshot().totals
     assert totals["loss_scale"] == 2.0**23 / 2**skipped
     assert totals["loss_scale"] == float(optimizer.inner_optimizer.dynamic_scale)
+    scales = scalar_series(events, "loss_scale/scale")
+    assert scales[iterations - 1] == totals["loss_scale"]
+    assert max(scales.values()) <= 2.0**22  # the first applied step came after a skip
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16"], indirect=True)
