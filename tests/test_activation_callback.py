@@ -123,3 +123,4 @@ def test_bad_arguments_fail_at_construction(kwargs, message):
     options = {"data": models.probe_data(4), **kwargs}
     with pytest.raises(ValueError, match=message):
         ActivationMonitorCallback(**options)
+

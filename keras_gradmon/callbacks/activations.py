@@ -115,9 +115,7 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
             tag_scope=tag_scope,
         )
         self.monitor: ActivationMonitor | None = None
-        self._step = 0
         self._epoch_start = 0
-        self._batches = 0
         self._previous: int | None = None
         if model is not None:
             self.set_model(model)
@@ -134,15 +132,14 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
             self._monitored_model = model
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        optimizer = getattr(self.model, "optimizer", None)
-        iterations = getattr(optimizer, "iterations", None)
-        self._epoch_start = int(iterations.numpy()) if iterations is not None else 0
-        self._batches = 0
         self._previous = None
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._epoch_start += self._batches
-        self._batches = 0
+        # One host read an epoch (exact even after skipped steps); batches
+        # are then counted from it, with no device access.
+        optimizer = getattr(self.model, "optimizer", None)
+        iterations = getattr(optimizer, "iterations", None)
+        self._epoch_start = int(iterations.numpy()) if iterations is not None else 0
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         step = self._epoch_start + batch
@@ -151,9 +148,6 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
             if self.monitor.stop_requested:
                 self.model.stop_training = True
         self._previous = step
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        self._batches = batch + 1
 
     def on_train_end(self, logs: dict | None = None) -> None:
         self.monitor.flush()
