@@ -39,14 +39,16 @@ tf.config.set_logical_device_configuration(
     _CPU, [tf.config.LogicalDeviceConfiguration()] * 2
 )
 
-import argparse  # noqa: E402
-import json  # noqa: E402
+import functools  # noqa: E402
 import tempfile  # noqa: E402
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
-from _timing import format_table, interleaved_times, summarize  # noqa: E402
-from bench_keras import MODELS, environment  # noqa: E402
+from bench_keras import (  # noqa: E402
+    bench_model,
+    environment,
+    parse_args,
+    print_results,
+)
 
 from keras_gradmon import (  # noqa: E402
     GradientMonitorOptimizer,
@@ -87,55 +89,19 @@ def epoch_runner(strategy, variant: str, layers, x, y, batch: int, log_dir: str)
     return one_epoch
 
 
-def bench_model(strategy, name: str, reps: int, quick: bool, root: str) -> list:
-    layers, shape, n, batch = MODELS[name]
-    n = n // 4 if quick else n
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n, *shape)).astype("float32")
-    y = rng.integers(0, 10, n)
-    units = {
-        v: epoch_runner(strategy, v, layers, x, y, batch, os.path.join(root, name, v))
-        for v in VARIANTS
-    }
-    print(f"{name}: {n} samples, batch {batch}; warm-up, then {reps} reps", flush=True)
-    for unit in units.values():
-        unit()
-    rows = summarize(interleaved_times(units, reps), "A", TARGETS)
-    return [{"model": name, **row} for row in rows]
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, help="repetitions (default 9, quick 2)")
-    parser.add_argument("--models", default="mlp,conv", help="comma-separated")
-    parser.add_argument("--quick", action="store_true", help="1/4 data, 2 reps")
-    parser.add_argument("--json", metavar="PATH", help="write the results here")
-    parser.add_argument("--markdown", action="store_true", help="also a Markdown table")
-    args = parser.parse_args()
-    models = args.models.split(",")
-    unknown = sorted(set(models) - set(MODELS))
-    if unknown:
-        parser.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
-    reps = args.reps or (2 if args.quick else 9)
-
+    args, models, reps = parse_args(__doc__.splitlines()[0])
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     env = {**environment(), "replicas": strategy.num_replicas_in_sync}
     print(", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
+    make_unit = functools.partial(epoch_runner, strategy)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_distributed_") as root:
         for name in models:
-            rows += bench_model(strategy, name, reps, args.quick, root)
-    print(format_table(rows))
-    if args.markdown:
-        print()
-        print(format_table(rows, markdown=True))
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump(
-                {"environment": env, "reps": reps, "quick": args.quick, "rows": rows},
-                file,
-                indent=2,
+            rows += bench_model(
+                name, reps, args.quick, root, make_unit, VARIANTS, TARGETS
             )
+    print_results(rows, env, reps, args)
 
 
 if __name__ == "__main__":

@@ -149,25 +149,40 @@ def environment() -> dict:
     }
 
 
-def bench_model(name: str, reps: int, quick: bool, log_root: str) -> list[dict]:
+def bench_model(
+    name: str,
+    reps: int,
+    quick: bool,
+    log_root: str,
+    make_unit=None,
+    variants=None,
+    targets=None,
+) -> list[dict]:
+    """Times every variant on model `name`; `make_unit(variant, layers, x, y,
+    batch, log_dir)` builds one (default: `epoch_runner`)."""
+    make_unit = make_unit or epoch_runner
+    variants = VARIANTS if variants is None else variants
     layers, shape, n, batch = MODELS[name]
     n = n // 4 if quick else n
     rng = np.random.default_rng(0)
     x = rng.normal(size=(n, *shape)).astype("float32")
     y = rng.integers(0, 10, n)
     units = {
-        v: epoch_runner(v, layers, x, y, batch, os.path.join(log_root, name, v))
-        for v in VARIANTS
+        v: make_unit(v, layers, x, y, batch, os.path.join(log_root, name, v))
+        for v in variants
     }
     print(f"{name}: {n} samples, batch {batch}; warm-up, then {reps} reps", flush=True)
     for unit in units.values():
         unit()
-    rows = summarize(interleaved_times(units, reps), "A", TARGETS)
+    rows = summarize(
+        interleaved_times(units, reps), "A", TARGETS if targets is None else targets
+    )
     return [{"model": name, **row} for row in rows]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(description: str) -> tuple[argparse.Namespace, list[str], int]:
+    """The command line shared by the `model.fit` benchmarks."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--reps", type=int, help="repetitions (default 9, quick 2)")
     parser.add_argument("--models", default="mlp,conv", help="comma-separated")
     parser.add_argument("--quick", action="store_true", help="1/4 data, 2 reps")
@@ -178,14 +193,11 @@ def main() -> None:
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         parser.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
-    reps = args.reps or (2 if args.quick else 9)
+    return args, models, args.reps or (2 if args.quick else 9)
 
-    env = environment()
-    print(", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="bench_keras_") as log_root:
-        for name in models:
-            rows += bench_model(name, reps, args.quick, log_root)
+
+def print_results(rows: list[dict], env: dict, reps: int, args) -> None:
+    """The table (and Markdown, JSON as asked)."""
     print(format_table(rows))
     if args.markdown:
         print()
@@ -197,6 +209,17 @@ def main() -> None:
                 file,
                 indent=2,
             )
+
+
+def main() -> None:
+    args, models, reps = parse_args(__doc__.splitlines()[0])
+    env = environment()
+    print(", ".join(f"{k} {v}" for k, v in env.items()), flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_keras_") as log_root:
+        for name in models:
+            rows += bench_model(name, reps, args.quick, log_root)
+    print_results(rows, env, reps, args)
 
 
 if __name__ == "__main__":

@@ -38,10 +38,20 @@ def variable_path(variable: Any) -> str:
 
 def unique_paths(variables: Sequence[Any]) -> list[str]:
     """Variable paths, made unique with a `_1`, `_2` ... suffix if repeated."""
+    return unique_names([variable_path(v) for v in variables])
+
+
+def unique_names(names: Sequence[str]) -> list[str]:
+    """`names`, made unique with a `_1`, `_2` ... suffix if repeated.
+
+    Example:
+
+    >>> unique_names(["dense", "dense", "head"])
+    ['dense', 'dense_1', 'head']
+    """
     seen: dict[str, int] = {}
     paths = []
-    for variable in variables:
-        path = variable_path(variable)
+    for path in names:
         if path in seen:
             seen[path] += 1
             path = f"{path}_{seen[path]}"

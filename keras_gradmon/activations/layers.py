@@ -7,6 +7,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from keras_gradmon.monitor import unique_names
+
 #: Activation layers known by their class rather than an `activation` argument.
 _ACTIVATION_LAYERS = {
     "ReLU": "relu",
@@ -72,19 +74,6 @@ def model_layers(model: Any) -> list[Any]:
     return found
 
 
-def _unique(names: Sequence[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        if name in seen:
-            seen[name] += 1
-            name = f"{name}_{seen[name]}"
-        else:
-            seen[name] = 0
-        out.append(name)
-    return out
-
-
 def select_layers(
     model: Any, layers: str | Sequence[str] | None = None
 ) -> list[WatchedLayer]:
@@ -108,7 +97,7 @@ def select_layers(
     ['hidden']
     """
     candidates = model_layers(model)
-    names = _unique([layer.name for layer in candidates])
+    names = unique_names([layer.name for layer in candidates])
     watched = [
         WatchedLayer(name, layer, activation_name(layer))
         for name, layer in zip(names, candidates)
