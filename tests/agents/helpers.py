@@ -20,16 +20,21 @@ ACTIONS = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 2)
 BATCH = 8
 
 
-def make_agent(monitored: bool, **options: Any) -> tuple[dqn_agent.DqnAgent, Any]:
+def make_agent(
+    monitored: bool,
+    counter_aggregation: tf.VariableAggregation = tf.VariableAggregation.NONE,
+    **options: Any,
+) -> tuple[dqn_agent.DqnAgent, Any]:
     """A DqnAgent with fixed initial weights, and its optimizer.
 
     The monitor's step is the agent's (int64) `train_step_counter` unless
-    `step=` is among `options`.
+    `step=` is among `options`. Under a strategy tf-agents needs the counter
+    aggregated `ONLY_FIRST_REPLICA` (`counter_aggregation`).
     """
     tf.random.set_seed(0)
     network = q_network.QNetwork(OBS, ACTIONS, fc_layer_params=(16, 8))
     optimizer = tf.keras.optimizers.Adam(1e-2)
-    counter = tf.Variable(0, dtype=tf.int64)
+    counter = tf.Variable(0, dtype=tf.int64, aggregation=counter_aggregation)
     if monitored:
         options.setdefault("step", counter)
         optimizer = keras_gradmon.GradientMonitorOptimizer(optimizer, **options)

@@ -38,35 +38,15 @@ def run(strategy, options: dict | None, log_dir: str | None = None) -> dict:
     import contextlib
 
     import tensorflow as tf
-    from tf_agents.agents.dqn import dqn_agent
-    from tf_agents.networks import q_network
-    from tf_agents.trajectories import time_step as ts
-    from tf_agents.utils import common
 
-    import keras_gradmon
-    from tests.agents.helpers import ACTIONS, BATCH, OBS, loss_gradients, make_batch
+    from tests.agents.helpers import BATCH, loss_gradients, make_agent, make_batch
 
     with strategy.scope() if strategy else contextlib.nullcontext():
-        tf.random.set_seed(0)
-        network = q_network.QNetwork(OBS, ACTIONS, fc_layer_params=(16, 8))
-        optimizer = tf.keras.optimizers.Adam(1e-2)
-        # Under a strategy tf-agents needs its counter aggregated so.
-        counter = tf.Variable(
-            0, dtype=tf.int64, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA
+        agent, optimizer = make_agent(
+            options is not None,
+            tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            **(options or {}),
         )
-        if options is not None:
-            optimizer = keras_gradmon.GradientMonitorOptimizer(
-                optimizer, step=counter, **options
-            )
-        agent = dqn_agent.DqnAgent(
-            ts.time_step_spec(OBS),
-            ACTIONS,
-            q_network=network,
-            optimizer=optimizer,
-            td_errors_loss_fn=common.element_wise_squared_loss,
-            train_step_counter=counter,
-        )
-        agent.initialize()
     experience = make_batch()
     if strategy is None:
         train = tf.function(agent.train)
@@ -92,7 +72,7 @@ def run(strategy, options: dict | None, log_dir: str | None = None) -> dict:
     if writer:
         writer.flush()
     result["final"] = [v.numpy() for v in agent._q_network.trainable_weights]
-    result["steps"] = int(counter.numpy())
+    result["steps"] = int(agent.train_step_counter.numpy())
     return result
 
 
