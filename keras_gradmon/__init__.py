@@ -1,8 +1,10 @@
 """keras_gradmon: gradient, weight and activation monitoring for Keras and
 tf-agents, computed inside the compiled (XLA) train step.
 
-Public names are imported on first use, so that `import keras_gradmon` (and
-the `keras-gradmon` command) does not import TensorFlow until it is needed.
+`import keras_gradmon` registers the optimizer wrappers with Keras and
+tf_keras (for `load_model`) as soon as those are imported, and imports the
+public names below on first use, so that the `keras-gradmon` command does
+not import TensorFlow until it is needed.
 """
 
 from __future__ import annotations
@@ -10,43 +12,53 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from keras_gradmon import _registration
+
 if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.activations.monitor import ActivationMonitor  # noqa: F401
     from keras_gradmon.activations.probe import ActivationSnapshot  # noqa: F401
+    from keras_gradmon.adapters import wrap  # noqa: F401
+    from keras_gradmon.adapters.base import MonitoredOptimizer  # noqa: F401
+    from keras_gradmon.adapters.keras3 import GradientMonitorOptimizer  # noqa: F401
+    from keras_gradmon.alerts.runner import (  # noqa: F401
+        AlertChecker,
+        GradientAlertError,
+    )
     from keras_gradmon.callbacks.activations import (  # noqa: F401
         ActivationMonitorCallback,
     )
     from keras_gradmon.callbacks.alerts import GradientAlertCallback  # noqa: F401
     from keras_gradmon.callbacks.summary import GradientSummaryCallback  # noqa: F401
     from keras_gradmon.config import MonitorConfig  # noqa: F401
-    from keras_gradmon.optimizer import GradientMonitorOptimizer  # noqa: F401
-    from keras_gradmon.recorders.alerts import (  # noqa: F401
-        AlertChecker,
-        GradientAlertError,
-    )
-    from keras_gradmon.recorders.monitor_writer import write_summaries  # noqa: F401
+    from keras_gradmon.recorders.writer import write_summaries  # noqa: F401
+    from keras_gradmon.schedule import Schedule  # noqa: F401
     from keras_gradmon.state import HistogramSnapshot, Snapshot  # noqa: F401
     from keras_gradmon.stats.moments import STATISTICS  # noqa: F401
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "ActivationMonitor": "keras_gradmon.activations.monitor",
     "ActivationMonitorCallback": "keras_gradmon.callbacks.activations",
     "ActivationSnapshot": "keras_gradmon.activations.probe",
-    "AlertChecker": "keras_gradmon.recorders.alerts",
+    "AlertChecker": "keras_gradmon.alerts.runner",
     "GradientAlertCallback": "keras_gradmon.callbacks.alerts",
-    "GradientAlertError": "keras_gradmon.recorders.alerts",
-    "GradientMonitorOptimizer": "keras_gradmon.optimizer",
+    "GradientAlertError": "keras_gradmon.alerts.runner",
+    "GradientMonitorOptimizer": "keras_gradmon.adapters.keras3",
     "GradientSummaryCallback": "keras_gradmon.callbacks.summary",
     "HistogramSnapshot": "keras_gradmon.state",
     "MonitorConfig": "keras_gradmon.config",
+    "MonitoredOptimizer": "keras_gradmon.adapters.base",
     "STATISTICS": "keras_gradmon.stats.moments",
+    "Schedule": "keras_gradmon.schedule",
     "Snapshot": "keras_gradmon.state",
-    "write_summaries": "keras_gradmon.recorders.monitor_writer",
+    "wrap": "keras_gradmon.adapters",
+    "write_summaries": "keras_gradmon.recorders.writer",
 }
 
 __all__ = sorted(_EXPORTS)
+
+_registration.install()
 
 
 def __getattr__(name: str) -> Any:

@@ -6,14 +6,11 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from keras_gradmon.schedule import Frequency, check_frequency
 from keras_gradmon.stats.moments import STATISTICS
-
-#: A summary frequency: every N steps, or a callable from the int64 step
-#: tensor to a boolean tensor (it runs inside the compiled train step).
-Frequency = int | Callable[[Any], Any]
 
 _RESERVED_GROUP_NAMES = ("global",)
 
@@ -110,13 +107,7 @@ class MonitorConfig:
 
     @staticmethod
     def _validate_frequency(name: str, value: object) -> None:
-        if not (_is_positive_int(value) or callable(value)):
-            _fail(
-                name,
-                "must be a positive integer or a callable from the step "
-                "tensor to a boolean tensor",
-                value,
-            )
+        check_frequency(name, value)
 
     def _validate_statistics(self) -> None:
         value = self.statistics
@@ -245,41 +236,37 @@ class MonitorConfig:
     def from_file(cls, path: str | os.PathLike) -> MonitorConfig:
         """Reads a config from a JSON (`.json`) or YAML (`.yaml`, `.yml`) file.
 
-        The file holds the options as a mapping, optionally under a top-level
-        `monitor` key (so the monitor can share a file with other settings).
+        The file holds the options as a mapping, or holds them under a
+        top-level `monitor` key beside other settings (which are left alone),
+        so the monitor can share a file with the rest of a training config.
+        Every error names the file.
 
         Example:
 
         ```yaml
-        # monitor.yaml
-        every_n_steps: 10
-        clipping: {method: global_norm, max_norm: 1.0}
+        # train.yaml
+        training: {epochs: 10}
+        monitor:
+          every_n_steps: 10
+          clipping: {method: global_norm, max_norm: 1.0}
         ```
 
-        >>> MonitorConfig.from_file("monitor.yaml")  # doctest: +SKIP
+        >>> MonitorConfig.from_file("train.yaml")  # doctest: +SKIP
         """
         path = os.fspath(path)
-        suffix = os.path.splitext(path)[1].lower()
-        with open(path, encoding="utf-8") as file:
-            if suffix == ".json":
-                options = json.load(file)
-            elif suffix in (".yaml", ".yml"):
-                try:
-                    import yaml
-                except ImportError:
-                    raise ValueError(
-                        "Reading a YAML config needs PyYAML: pip install "
-                        f"'keras-gradmon[yaml]'. Received: path={path!r}"
-                    ) from None
-                options = yaml.safe_load(file)
-            else:
-                raise ValueError(
-                    "A config file must end in .json, .yaml or .yml. "
-                    f"Received: path={path!r}"
-                )
-        if isinstance(options, Mapping) and set(options) == {"monitor"}:
+        options = _read_config_file(path)
+        if isinstance(options, Mapping) and "monitor" in options:
             options = options["monitor"]
-        return cls.from_dict(options)
+        if not isinstance(options, Mapping):
+            raise ValueError(
+                f"The monitor config in {path!r} must be a mapping of options "
+                "(or hold one under a top-level `monitor` key). Received: "
+                f"{options!r}"
+            )
+        try:
+            return cls.from_dict(options)
+        except ValueError as error:
+            raise ValueError(f"{error} (in {path!r})") from None
 
     def to_dict(self) -> dict[str, Any]:
         """The options as plain Python data (lists and dicts)."""
@@ -343,3 +330,34 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "full": {},
 }
+
+
+def _read_config_file(path: str) -> Any:
+    """The parsed contents of a JSON or YAML file; errors name the file."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in (".json", ".yaml", ".yml"):
+        raise ValueError(
+            f"A config file must end in .json, .yaml or .yml. Received: path={path!r}"
+        )
+    with open(path, encoding="utf-8") as file:
+        text = file.read()
+    if suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"{path!r} is not valid JSON: {error.msg} at line {error.lineno}, "
+                f"column {error.colno}"
+                + (" (the file is empty)" if not text.strip() else "")
+            ) from None
+    try:
+        import yaml
+    except ImportError:
+        raise ValueError(
+            "Reading a YAML config needs PyYAML: pip install "
+            f"'keras-gradmon[yaml]'. Received: path={path!r}"
+        ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path!r} is not valid YAML: {error}") from None

@@ -14,7 +14,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import keras
 import tensorflow as tf
 
 from keras_gradmon.clipping.base import compute_dtype
@@ -22,8 +21,10 @@ from keras_gradmon.clipping.base import compute_dtype
 
 def is_loss_scaler(optimizer: Any) -> bool:
     """Whether `optimizer` is a `LossScaleOptimizer` (Keras 3's, or tf_keras's
-    where tf_keras is in use)."""
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+    where tf_keras is in use). Neither is imported here: an optimizer of a
+    library that was never imported cannot exist."""
+    keras = sys.modules.get("keras")
+    if keras is not None and isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         return True
     tf_keras = sys.modules.get("tf_keras")
     return tf_keras is not None and isinstance(

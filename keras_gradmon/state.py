@@ -1,45 +1,84 @@
-"""The statistic variables: created once, assigned inside the train step,
-read back on the host as plain NumPy numbers.
+"""The monitor's variables: created once, assigned by field name inside the
+train step, read back on the host as plain NumPy numbers.
 
-The layout is packed (one matrix per kind of statistic) so that a summary step
-writes a handful of variables and a recorder reads them back in a handful of
-host copies, whatever the number of model variables.
+Every scalar a summary writes lives in one of a few packed fields (`totals`,
+`groups`, `grad`, `weight`, `ratio`); `Layout` gives each field its offset in
+one flat vector, which is what the tag table (`keras_gradmon.tags`) indexes
+and what one compiled read brings back.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from keras_gradmon.measurement import (
+    TOTALS,
+    HistogramMeasurement,
+    Measurement,
+)
 from keras_gradmon.stats.moments import STATISTICS
 
 #: Columns of the per-variable matrices: the statistics, then whether the
 #: variable had a gradient at that step (1.0) or not (0.0).
 COLUMNS: tuple[str, ...] = (*STATISTICS, "present")
 
-#: Scalars that describe the whole step.
-GLOBAL_FIELDS: tuple[str, ...] = (
-    "grad_norm",  # L2 norm of all gradient elements (finite ones)
-    "weight_norm",  # L2 norm of all weights
-    "grad_nonfinite",  # number of NaN/Inf gradient elements
-    "grad_missing",  # number of variables whose gradient was None
-    "clip_pre_norm",  # global norm before clipping (NaN/Inf included)
-    "clip_post_norm",  # global norm after clipping
-    "clip_fraction",  # fraction of steps clipped since the previous summary
-    "skipped_steps",  # non-finite steps skipped so far (skip_nonfinite or
-    # by a wrapped LossScaleOptimizer)
-    "loss_scale",  # the loss scale of a wrapped LossScaleOptimizer (else NaN)
-)
-
 #: A function that creates one state variable:
 #: `make_variable(name, shape, dtype, initial_value)`.
 VariableFactory = Callable[[str, tuple, str, float], Any]
 
 NO_STEP = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The shapes of the monitor's state, and where each scalar field sits in
+    the flat vector of all scalars.
+
+    Example:
+
+    >>> layout = Layout(num_variables=2, num_groups=1, weights=False)
+    >>> layout.offset("grad"), layout.size
+    (12, 30)
+    """
+
+    num_variables: int
+    num_groups: int
+    weights: bool
+    buckets: int | None = None
+
+    def scalar_fields(self) -> list[tuple[str, tuple[int, ...]]]:
+        """`(field, shape)` of each scalar field, in flat-vector order."""
+        width = len(COLUMNS)
+        fields = [
+            ("totals", (len(TOTALS),)),
+            ("groups", (self.num_groups, 2)),
+            ("grad", (self.num_variables, width)),
+        ]
+        if self.weights:
+            fields += [
+                ("weight", (self.num_variables, width)),
+                ("ratio", (self.num_variables,)),
+            ]
+        return fields
+
+    def offset(self, field: str) -> int:
+        """Where `field` starts in the flat vector."""
+        start = 0
+        for name, shape in self.scalar_fields():
+            if name == field:
+                return start
+            start += int(np.prod(shape))
+        raise KeyError(f"No scalar field {field!r} in this layout.")
+
+    @property
+    def size(self) -> int:
+        """The length of the flat vector."""
+        return sum(int(np.prod(shape)) for _, shape in self.scalar_fields())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,22 +89,52 @@ class Snapshot:
         step: The optimizer step the statistics describe (-1: none yet).
         paths: The variable paths, in row order.
         groups: The group names, in row order.
-        grad: `[num_variables, len(COLUMNS)]` gradient statistics; rows of
-            variables without a gradient are NaN.
-        weight: The same for the weights, or None if not recorded.
-        group_grad_norm: `[num_groups]` gradient L2 norm of each group.
-        group_weight_norm: `[num_groups]` weight L2 norm of each group.
-        totals: `{name: value}` for each name in `GLOBAL_FIELDS`.
+        values: Every scalar, flat, in `Layout` order (the tag table's index).
+        layout: Where each field sits in `values`.
     """
 
     step: int
     paths: tuple[str, ...]
     groups: tuple[str, ...]
-    grad: np.ndarray
-    weight: np.ndarray | None
-    group_grad_norm: np.ndarray
-    group_weight_norm: np.ndarray
-    totals: dict[str, float]
+    values: np.ndarray
+    layout: Layout
+
+    def field(self, name: str) -> np.ndarray | None:
+        """One field of `values` in its shape, or None if not recorded."""
+        shapes = dict(self.layout.scalar_fields())
+        if name not in shapes:
+            return None
+        start, shape = self.layout.offset(name), shapes[name]
+        return self.values[start : start + int(np.prod(shape))].reshape(shape)
+
+    @property
+    def grad(self) -> np.ndarray:
+        """`[num_variables, len(COLUMNS)]` gradient statistics (NaN rows for
+        variables without a gradient)."""
+        return self.field("grad")
+
+    @property
+    def weight(self) -> np.ndarray | None:
+        """The same for the weights, or None if not recorded."""
+        return self.field("weight")
+
+    @property
+    def group_grad_norm(self) -> np.ndarray:
+        return self.field("groups")[:, 0]
+
+    @property
+    def group_weight_norm(self) -> np.ndarray:
+        return self.field("groups")[:, 1]
+
+    @property
+    def totals(self) -> dict[str, float]:
+        """`{name: value}` for each name in `TOTALS`."""
+        return dict(zip(TOTALS, self.field("totals").tolist()))
+
+    @property
+    def has_grad(self) -> np.ndarray:
+        """Boolean `[num_variables]`: whether each variable had a gradient."""
+        return self.grad[:, COLUMNS.index("present")] > 0
 
     def grad_stat(self, name: str) -> dict[str, float]:
         """`{variable path: value}` of one gradient statistic."""
@@ -73,11 +142,6 @@ class Snapshot:
         return {
             p: float(v) for p, v, ok in zip(self.paths, column, self.has_grad) if ok
         }
-
-    @property
-    def has_grad(self) -> np.ndarray:
-        """Boolean `[num_variables]`: whether each variable had a gradient."""
-        return self.grad[:, COLUMNS.index("present")] > 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,122 +170,93 @@ class MonitorState:
     """The variables that hold the most recent statistics.
 
     Args:
-        make_variable: Creates one variable (see `VariableFactory`); the
-            Keras 3 wrapper passes its `add_variable`, the tf_keras one makes
-            `tf.Variable`s, so both are checkpointed with the optimizer.
-        num_variables: Number of monitored model variables.
-        num_groups: Number of groups.
-        buckets: Histogram buckets, or None for no histograms.
-        weights: Whether weight statistics are kept.
-        clip_spec: The clipping rule's `state_spec()`, or None without
-            clipping.
+        make_variable: Creates one variable (see `VariableFactory`); each
+            adapter passes its own, so the state is checkpointed with the
+            optimizer.
+        layout: The shapes.
+        clip_spec: The clipping rule's `state_spec()`, or None.
     """
 
     def __init__(
-        self,
-        make_variable: VariableFactory,
-        num_variables: int,
-        num_groups: int,
-        buckets: int | None,
-        weights: bool,
-        clip_spec: dict | None = None,
+        self, make_variable: VariableFactory, layout: Layout, clip_spec: dict | None
     ) -> None:
-        self._readers: dict[str, Any] = {}
-        width = len(COLUMNS)
+        self.layout = layout
         self.stats_step = make_variable("stats_step", (), "int64", NO_STEP)
-        self.grad = make_variable("grad_stats", (num_variables, width), "float32", 0)
-        self.weight = (
-            make_variable("weight_stats", (num_variables, width), "float32", 0)
-            if weights
-            else None
-        )
-        self.groups = make_variable("group_norms", (num_groups, 2), "float32", 0)
-        self.totals = make_variable("totals", (len(GLOBAL_FIELDS),), "float32", 0)
-        # Every step: [steps, clipped steps] since the last summary, and the
-        # cumulative count of skipped (non-finite) steps.
-        self.clip_counts = make_variable("clip_counts", (2,), "int64", 0)
+        # Every step: the skipped steps so far, and [steps, clipped steps]
+        # since the last summary.
         self.skipped = make_variable("skipped_steps", (), "int64", 0)
+        self.clip_counts = make_variable("clip_counts", (2,), "int64", 0)
+        self.scalars = {
+            name: make_variable(name, shape, "float32", 0)
+            for name, shape in layout.scalar_fields()
+        }
         self.clip = {
             name: make_variable(f"clip_{name}", shape, dtype, initial)
             for name, (shape, dtype, initial) in (clip_spec or {}).items()
         }
-        self.hist_step = None
-        if buckets is not None:
+        self.hist_step = self.histograms = None
+        if layout.buckets is not None:
             self.hist_step = make_variable("hist_step", (), "int64", NO_STEP)
-            shape = (num_variables, buckets)
-            self.grad_counts = make_variable("grad_hist", shape, "int32", 0)
-            # [min, max, present] per variable.
-            self.grad_range = make_variable(
-                "grad_hist_range", (num_variables, 3), "float32", 0
+            self.histograms = {
+                name: make_variable(name, shape, dtype, 0)
+                for name, shape, dtype in self._histogram_fields()
+            }
+        self._read_scalars = tf.function(self._scalar_values, autograph=False)
+        self._read_histograms = tf.function(self._histogram_values, autograph=False)
+
+    def _histogram_fields(self) -> list[tuple[str, tuple, str]]:
+        n, k = self.layout.num_variables, self.layout.buckets
+        fields = [("grad_counts", (n, k), "int32"), ("grad_range", (n, 3), "float32")]
+        if self.layout.weights:
+            fields += [
+                ("weight_counts", (n, k), "int32"),
+                ("weight_range", (n, 2), "float32"),
+            ]
+        return fields
+
+    # Inside the step -------------------------------------------------------
+
+    def record(self, step: tf.Tensor, measurement: Measurement) -> None:
+        """Assigns a summary step's numbers, field by field."""
+        for name, variable in self.scalars.items():
+            value = (
+                measurement.totals.stack()
+                if name == "totals"
+                else getattr(measurement, name)
             )
-            self.weight_counts = (
-                make_variable("weight_hist", shape, "int32", 0) if weights else None
-            )
-            self.weight_range = (
-                make_variable("weight_hist_range", (num_variables, 2), "float32", 0)
-                if weights
-                else None
-            )
+            variable.assign(value)
+        self.stats_step.assign(step)
+
+    def record_histograms(self, step: tf.Tensor, hist: HistogramMeasurement) -> None:
+        """Assigns a histogram step's bucket counts, field by field."""
+        for name, variable in self.histograms.items():
+            variable.assign(getattr(hist, name))
+        self.hist_step.assign(step)
 
     # Host side -------------------------------------------------------------
+
+    def _scalar_values(self) -> tuple[tf.Tensor, tf.Tensor]:
+        flat = [tf.reshape(v, [-1]) for v in self.scalars.values()]
+        return tf.identity(self.stats_step), tf.concat(flat, 0)
+
+    def _histogram_values(self) -> dict[str, tf.Tensor]:
+        values = {name: tf.identity(v) for name, v in self.histograms.items()}
+        return {"step": tf.identity(self.hist_step), **values}
 
     def steps(self) -> tuple[int, int]:
         """`(stats_step, hist_step)` of the latest records (-1: none)."""
         hist = int(self.hist_step.numpy()) if self.hist_step is not None else NO_STEP
         return int(self.stats_step.numpy()), hist
 
-    def snapshot(self, paths: Sequence[str], groups: Sequence[str]) -> Snapshot:
-        """Reads the latest scalar statistics (one consistent step)."""
-        names = ["stats_step", "grad", "weight", "groups", "totals"]
-        values = self._read_together("scalars", names)
-        group_norms = values["groups"]
-        return Snapshot(
-            step=int(values["stats_step"]),
-            paths=tuple(paths),
-            groups=tuple(groups),
-            grad=values["grad"],
-            weight=values.get("weight"),
-            group_grad_norm=group_norms[:, 0],
-            group_weight_norm=group_norms[:, 1],
-            totals={k: float(v) for k, v in zip(GLOBAL_FIELDS, values["totals"])},
-        )
+    def read_scalars(self) -> tuple[int, np.ndarray]:
+        """`(step, flat values)` of the latest summary, read together."""
+        step, values = self._read_scalars()
+        return int(step), np.asarray(values)
 
-    def histogram_snapshot(self, paths: Sequence[str]) -> HistogramSnapshot | None:
-        """Reads the latest histograms, or None when histograms are off."""
-        if self.hist_step is None:
+    def read_histograms(self) -> dict[str, Any] | None:
+        """The latest histograms (and their `step`), or None when off."""
+        if self.histograms is None:
             return None
-        names = [
-            "hist_step",
-            "grad_counts",
-            "grad_range",
-            "weight_counts",
-            "weight_range",
-        ]
-        values = self._read_together("histograms", names)
-        grad_range = values["grad_range"]
-        return HistogramSnapshot(
-            step=int(values["hist_step"]),
-            paths=tuple(paths),
-            grad_counts=values["grad_counts"],
-            grad_range=grad_range[:, :2],
-            weight_counts=values.get("weight_counts"),
-            weight_range=values.get("weight_range"),
-            has_grad=grad_range[:, 2] > 0,
-        )
-
-    def _read_together(self, kind: str, names: list[str]) -> dict[str, np.ndarray]:
-        # One compiled read of all the variables (one host round trip), and
-        # again if a newer step landed meanwhile: Keras may run callbacks on
-        # a worker thread while the next step runs.
-        present = [n for n in names if getattr(self, n, None) is not None]
-        if kind not in self._readers:
-            variables = [getattr(self, n) for n in present]
-            self._readers[kind] = tf.function(
-                lambda: [tf.identity(v) for v in variables], autograph=False
-            )
-        step_variable = getattr(self, present[0])
-        for _ in range(5):
-            values = [np.asarray(v) for v in self._readers[kind]()]
-            if int(step_variable.numpy()) == int(values[0]):
-                break
-        return dict(zip(present, values))
+        values = {k: np.asarray(v) for k, v in self._read_histograms().items()}
+        values["step"] = int(values["step"])
+        return values

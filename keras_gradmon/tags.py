@@ -1,41 +1,50 @@
-"""The TensorBoard tag scheme, and the numbers that go under each tag.
+"""The TensorBoard tag scheme: the one table of what a monitor writes, and the
+parser that reads its tags back (for the report).
 
 Tags put the statistic first so that TensorBoard groups cards by statistic:
+`grad_norm/global`, `grad_norm/<group>`, `grad_<stat>/<variable path>`,
+`weight_<stat>/...`, `grad_to_weight/<path>`, `clip/pre_norm`,
+`skipped/steps`, `loss_scale/scale`, `grad_hist/<path>`, `weight_hist/<path>`
+(see docs/tags.md). With a tag scope every tag becomes
+`<statistic>/<scope>/<subject>`.
 
-| tag                                   | value                                   |
-|---------------------------------------|-----------------------------------------|
-| `grad_norm/global`                    | L2 norm of all gradient elements        |
-| `grad_norm/<group>`                   | L2 norm of a group's gradient elements  |
-| `grad_nonfinite/global`               | number of NaN/Inf gradient elements     |
-| `grad_missing/global`                 | number of variables with a None gradient|
-| `grad_<stat>/<variable path>`         | per-variable statistic (see STATISTICS) |
-| `weight_norm/...`, `weight_<stat>/...` | the same for the weights        |
-| `grad_to_weight/<variable path>`      | gradient norm / weight norm             |
-| `clip/pre_norm`, `clip/post_norm`     | global norm before / after clipping     |
-| `clip/scale`, `clip/fraction`         | post/pre norm; fraction of steps clipped|
-| `skipped/steps`                       | non-finite steps skipped so far         |
-| `loss_scale/scale`                    | a wrapped loss scaler's current scale   |
-| `grad_hist/<variable path>`           | gradient histogram                      |
-| `weight_hist/<variable path>`         | weight histogram                        |
-| `activation_<stat>/<layer>`           | activation statistic (ActivationMonitor)|
-| `activation_hist/<layer>`             | activation histogram                    |
-
-With `tag_scope="actor"` every tag becomes `<statistic>/actor/<subject>`.
+`TagTable.build` makes the table once, when the monitor is built: each scalar
+tag with its index in the flat vector of `MonitorState` (see
+`keras_gradmon.state.Layout`). Host recorders index the vector they read;
+the in-graph writer gathers from the same indices.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from keras_gradmon.activations.probe import ACTIVATION_STATISTICS, ActivationSnapshot
-from keras_gradmon.config import MonitorConfig
-from keras_gradmon.state import COLUMNS, HistogramSnapshot, Snapshot
+if TYPE_CHECKING:
+    from keras_gradmon.config import MonitorConfig
+    from keras_gradmon.state import Layout
+
+# (No TensorFlow import at module level: the report parses tags with this
+# module and should start without loading TensorFlow.)
 
 GLOBAL = "global"
+
+#: `(tag statistic, tag subject, TOTALS field)` of the step-wide scalars, and
+#: when each is written: "always", "clip", "skip", "loss_scale", "weights".
+_TOTAL_TAGS = (
+    ("grad_norm", GLOBAL, "grad_norm", "always"),
+    ("grad_nonfinite", GLOBAL, "grad_nonfinite", "always"),
+    ("grad_missing", GLOBAL, "grad_missing", "always"),
+    ("clip", "pre_norm", "clip_pre_norm", "clip"),
+    ("clip", "post_norm", "clip_post_norm", "clip"),
+    ("clip", "scale", "clip_scale", "clip"),
+    ("clip", "fraction", "clip_fraction", "clip"),
+    ("skipped", "steps", "skipped_steps", "skip"),
+    ("loss_scale", "scale", "loss_scale", "loss_scale"),
+    ("weight_norm", GLOBAL, "weight_norm", "weights"),
+)
 
 
 def tag(statistic: str, subject: str, scope: str | None = None) -> str:
@@ -50,192 +59,182 @@ def tag(statistic: str, subject: str, scope: str | None = None) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class ScalarEntry:
-    """One scalar to write, and where its value comes from.
+class ParsedTag:
+    """A tag split into its parts."""
 
-    `source` is "total" (`column` is a `GLOBAL_FIELDS` name), "group_grad"
-    or "group_weight" (`row` is the group), "grad" or "weight" (`row` the
-    variable, `column` a statistic), "ratio" (gradient norm / weight norm of
-    variable `row`, written only while the weight norm is above 0) or
-    "clip_scale" (post-clip / pre-clip global norm, 1 when the latter is 0).
-    """
-
-    tag: str
-    source: str
-    row: int = 0
-    column: str = ""
+    statistic: str
+    scope: str | None
+    subject: str
 
 
-def scalar_entries(
-    config: MonitorConfig,
-    paths: Sequence[str],
-    groups: Sequence[str],
-    present: Collection[int],
-    weights: bool,
-    loss_scale: bool = False,
-) -> list[ScalarEntry]:
-    """Every scalar a summary writes: the one tag scheme that both the host
-    recorder (`scalar_summaries`) and the in-graph writer resolve.
-
-    Args:
-        config: The monitor's options.
-        paths: Variable paths, in row order.
-        groups: Group names, in row order.
-        present: Rows of the variables that had a gradient.
-        weights: Whether weight statistics are recorded.
-        loss_scale: Whether the monitor wraps a loss scaler (its scale and
-            skipped steps are written).
-    """
-    scope = config.tag_scope
-    entries = [
-        ScalarEntry(tag(name, GLOBAL, scope), "total", column=name)
-        for name in ("grad_norm", "grad_nonfinite", "grad_missing")
-    ]
-    if config.clip_rule is not None:
-        entries += [
-            ScalarEntry(
-                tag("clip", "pre_norm", scope), "total", column="clip_pre_norm"
-            ),
-            ScalarEntry(
-                tag("clip", "post_norm", scope), "total", column="clip_post_norm"
-            ),
-            ScalarEntry(tag("clip", "scale", scope), "clip_scale"),
-            ScalarEntry(
-                tag("clip", "fraction", scope), "total", column="clip_fraction"
-            ),
-        ]
-    if config.skip_nonfinite or loss_scale:
-        entries.append(
-            ScalarEntry(tag("skipped", "steps", scope), "total", column="skipped_steps")
-        )
-    if loss_scale:
-        entries.append(
-            ScalarEntry(tag("loss_scale", "scale", scope), "total", column="loss_scale")
-        )
-    if weights:
-        entries.append(
-            ScalarEntry(
-                tag("weight_norm", GLOBAL, scope), "total", column="weight_norm"
-            )
-        )
-    for i, group in enumerate(groups):
-        entries.append(ScalarEntry(tag("grad_norm", group, scope), "group_grad", i))
-        if weights:
-            entries.append(
-                ScalarEntry(tag("weight_norm", group, scope), "group_weight", i)
-            )
-    if not config.per_variable:
-        return entries
-    for i, path in enumerate(paths):
-        if i in present:
-            entries += [
-                ScalarEntry(tag(f"grad_{name}", path, scope), "grad", i, name)
-                for name in config.statistics
-            ]
-        if not weights:
-            continue
-        entries += [
-            ScalarEntry(tag(f"weight_{name}", path, scope), "weight", i, name)
-            for name in config.statistics
-        ]
-        if i in present:
-            entries.append(ScalarEntry(tag("grad_to_weight", path, scope), "ratio", i))
-    return entries
-
-
-def scalar_summaries(snapshot: Snapshot, config: MonitorConfig) -> dict[str, float]:
-    """`{tag: value}` of every scalar to write for `snapshot`."""
-    totals = snapshot.totals
-    norm = COLUMNS.index("norm")
-    out = {}
-    present = set(np.flatnonzero(snapshot.has_grad).tolist())
-    weights = snapshot.weight is not None
-    loss_scale = math.isfinite(totals["loss_scale"])
-    for entry in scalar_entries(
-        config, snapshot.paths, snapshot.groups, present, weights, loss_scale
-    ):
-        i, source = entry.row, entry.source
-        if source == "total":
-            value = totals[entry.column]
-        elif source == "clip_scale":
-            pre, post = totals["clip_pre_norm"], totals["clip_post_norm"]
-            value = 1.0 if pre == 0 else post / pre
-        elif source == "group_grad":
-            value = snapshot.group_grad_norm[i]
-        elif source == "group_weight":
-            value = snapshot.group_weight_norm[i]
-        elif source == "ratio":
-            weight_norm = float(snapshot.weight[i, norm])
-            if not weight_norm > 0:
-                continue
-            value = float(snapshot.grad[i, norm]) / weight_norm
-        else:  # "grad" or "weight"
-            matrix = snapshot.grad if source == "grad" else snapshot.weight
-            value = matrix[i, COLUMNS.index(entry.column)]
-        out[entry.tag] = float(value)
-    return out
-
-
-def histogram_buckets(counts: np.ndarray, value_range: np.ndarray) -> np.ndarray:
-    """TensorBoard's `[k, 3]` histogram rows `(left, right, count)`.
+def parse(name: str, scopes: Collection[str] = ()) -> ParsedTag:
+    """Splits a tag into statistic, scope (one of `scopes`, or None) and
+    subject. Variable paths hold '/' too, so the scopes must be known.
 
     Example:
 
-    >>> histogram_buckets(np.array([1, 2]), np.array([0.0, 1.0])).tolist()
-    [[0.0, 0.5, 1.0], [0.5, 1.0, 2.0]]
+    >>> parse("grad_norm/actor/dense/kernel", scopes={"actor"})
+    ParsedTag(statistic='grad_norm', scope='actor', subject='dense/kernel')
+    >>> parse("grad_norm/dense/kernel").scope is None
+    True
     """
-    k = len(counts)
-    low, high = (float(v) for v in value_range)
-    if not (math.isfinite(low) and math.isfinite(high)):
-        low = high = 0.0
-    edges = low + (high - low) * np.arange(k + 1, dtype=np.float64) / k
-    edges[-1] = high
-    return np.stack([edges[:-1], edges[1:], counts.astype(np.float64)], axis=1)
+    statistic, _, rest = name.partition("/")
+    for scope in sorted(scopes, key=len, reverse=True):
+        if rest.startswith(f"{scope}/"):
+            return ParsedTag(statistic, scope, rest[len(scope) + 1 :])
+    return ParsedTag(statistic, None, rest)
 
 
-def histogram_summaries(
-    snapshot: HistogramSnapshot, config: MonitorConfig
-) -> dict[str, np.ndarray]:
-    """`{tag: [k, 3] buckets}` of every histogram to write for `snapshot`."""
-    scope = config.tag_scope
-    out = {}
-    for i, path in enumerate(snapshot.paths):
-        if snapshot.has_grad[i]:
-            out[tag("grad_hist", path, scope)] = histogram_buckets(
-                snapshot.grad_counts[i], snapshot.grad_range[i]
-            )
-        if snapshot.weight_counts is not None:
-            out[tag("weight_hist", path, scope)] = histogram_buckets(
-                snapshot.weight_counts[i], snapshot.weight_range[i]
-            )
-    return out
+def monitor_scopes(names: Iterable[str]) -> set[str | None]:
+    """The scopes of the monitored optimizers whose tags are in `names`
+    (None: unscoped), found from their `grad_norm/[<scope>/]global` tags."""
+    found: set[str | None] = set()
+    for name in names:
+        statistic, _, rest = name.partition("/")
+        if statistic != "grad_norm" or not rest.endswith(GLOBAL):
+            continue
+        head = rest[: -len(GLOBAL)]
+        if head == "":
+            found.add(None)
+        elif head.endswith("/") and "/" not in head[:-1]:
+            found.add(head[:-1])
+    return found
 
 
-def activation_scalar_summaries(
-    snapshot: ActivationSnapshot, scope: str | None = None
-) -> dict[str, float]:
-    """`{tag: value}` of every activation scalar: `activation_<stat>/<layer>`.
+@dataclasses.dataclass(frozen=True)
+class ScalarTag:
+    """One scalar a summary writes.
 
-    Layers the probe did not reach get no value; `saturated_fraction` is
-    written for tanh and sigmoid layers only.
+    Attributes:
+        tag: The tag.
+        index: Where its value sits in the monitor's flat scalar vector.
+        row: The variable it describes, or -1.
+        needs_grad: Written only when variable `row` had a gradient.
+        optional: Left out when its value is not finite (the ratio to a
+            weight norm of 0).
     """
-    out = {}
-    for name in ACTIVATION_STATISTICS:
-        for layer, value in snapshot.stat(name).items():
-            out[tag(f"activation_{name}", layer, scope)] = value
-    return out
+
+    tag: str
+    index: int
+    row: int = -1
+    needs_grad: bool = False
+    optional: bool = False
 
 
-def activation_histogram_summaries(
-    snapshot: ActivationSnapshot, scope: str | None = None
-) -> dict[str, np.ndarray]:
-    """`{tag: [k, 3] buckets}` of each reached layer's outputs, or {}."""
-    if snapshot.hist_counts is None:
-        return {}
+@dataclasses.dataclass(frozen=True)
+class HistogramTag:
+    """One histogram a histogram step writes: `kind` "grad" or "weight"."""
+
+    tag: str
+    kind: str
+    row: int
+
+
+def _wanted(when: str, config: MonitorConfig, layout: Layout, loss_scaled: bool):
     return {
-        tag("activation_hist", layer, scope): histogram_buckets(
-            snapshot.hist_counts[i], snapshot.hist_range[i]
-        )
-        for i, layer in enumerate(snapshot.layers)
-        if snapshot.reached[i]
-    }
+        "always": True,
+        "clip": config.clip_rule is not None,
+        "skip": config.skip_nonfinite or loss_scaled,
+        "loss_scale": loss_scaled,
+        "weights": layout.weights,
+    }[when]
+
+
+class TagTable:
+    """Every tag a monitor writes, with where its value comes from.
+
+    Example:
+
+    >>> table = TagTable.build(config, paths, groups, layout)  # doctest: +SKIP
+    >>> table.scalar_values(snapshot.values, snapshot.has_grad)  # doctest: +SKIP
+    {'grad_norm/global': 0.81, ...}
+    """
+
+    def __init__(
+        self, scalars: Sequence[ScalarTag], histograms: Sequence[HistogramTag]
+    ) -> None:
+        self.scalars = tuple(scalars)
+        self.histograms = tuple(histograms)
+        self._tags = np.array([s.tag for s in self.scalars], dtype=object)
+        self._index = np.array([s.index for s in self.scalars], dtype=np.int64)
+        self._row = np.array([s.row for s in self.scalars], dtype=np.int64)
+        self._needs_grad = np.array([s.needs_grad for s in self.scalars], bool)
+        self._optional = np.array([s.optional for s in self.scalars], bool)
+
+    @classmethod
+    def build(
+        cls,
+        config: MonitorConfig,
+        paths: Sequence[str],
+        groups: Sequence[str],
+        layout: Layout,
+        loss_scaled: bool = False,
+    ) -> TagTable:
+        """The table of a monitor with these options, variables and groups."""
+        from keras_gradmon.measurement import TOTALS
+
+        scope, entries = config.tag_scope, []
+        totals = layout.offset("totals")
+        for statistic, subject, field, when in _TOTAL_TAGS:
+            if _wanted(when, config, layout, loss_scaled):
+                index = totals + TOTALS.index(field)
+                entries.append(ScalarTag(tag(statistic, subject, scope), index))
+        start = layout.offset("groups")
+        for i, group in enumerate(groups):
+            entries.append(ScalarTag(tag("grad_norm", group, scope), start + 2 * i))
+            if layout.weights:
+                index = start + 2 * i + 1
+                entries.append(ScalarTag(tag("weight_norm", group, scope), index))
+        if config.per_variable:
+            entries += _variable_tags(config, paths, layout)
+        histograms = []
+        if layout.buckets is not None:
+            for row, path in enumerate(paths):
+                histograms.append(
+                    HistogramTag(tag("grad_hist", path, scope), "grad", row)
+                )
+                if layout.weights:
+                    name = tag("weight_hist", path, scope)
+                    histograms.append(HistogramTag(name, "weight", row))
+        return cls(entries, histograms)
+
+    def scalar_values(
+        self, values: np.ndarray, present: np.ndarray
+    ) -> dict[str, float]:
+        """`{tag: value}` of one summary: `values` is the flat vector, and
+        `present[row]` says whether variable `row` had a gradient."""
+        picked = np.asarray(values, dtype=np.float64)[self._index]
+        keep = ~self._needs_grad | np.asarray(present, bool)[self._row]
+        keep &= ~self._optional | np.isfinite(picked)
+        return dict(zip(self._tags[keep].tolist(), picked[keep].tolist()))
+
+    def graph_scalars(self, present: Collection[int]) -> list[ScalarTag]:
+        """The scalar tags to write from the graph when the variables in
+        `present` have gradients (known when the step is traced)."""
+        return [s for s in self.scalars if not s.needs_grad or s.row in present]
+
+
+def _variable_tags(
+    config: MonitorConfig, paths: Sequence[str], layout: Layout
+) -> list[ScalarTag]:
+    from keras_gradmon.state import COLUMNS
+
+    scope, entries, width = config.tag_scope, [], len(COLUMNS)
+    columns = [(name, COLUMNS.index(name)) for name in config.statistics]
+    grad, weight = layout.offset("grad"), None
+    if layout.weights:
+        weight, ratio = layout.offset("weight"), layout.offset("ratio")
+    for row, path in enumerate(paths):
+        for name, column in columns:
+            index = grad + row * width + column
+            entries.append(
+                ScalarTag(tag(f"grad_{name}", path, scope), index, row, True)
+            )
+        if weight is None:
+            continue
+        for name, column in columns:
+            index = weight + row * width + column
+            entries.append(ScalarTag(tag(f"weight_{name}", path, scope), index, row))
+        name = tag("grad_to_weight", path, scope)
+        entries.append(ScalarTag(name, ratio + row, row, True, optional=True))
+    return entries

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import keras_gradmon
 from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
-from keras_gradmon.recorders.monitor_writer import MonitorWriter
+from keras_gradmon.recorders.writer import MonitorWriter
 from tests.helpers import LOSS, data, gradients, mlp
 from tests.reference import (
     histogram_series,
@@ -147,9 +147,9 @@ def test_tag_scope_and_statistic_selection(tmp_path):
 
 def test_reads_from_the_device_only_when_a_summary_is_due(tmp_path, monkeypatch):
     calls = []
-    original = MonitorWriter.pending
+    original = MonitorWriter.write
     monkeypatch.setattr(
-        MonitorWriter, "pending", lambda self: calls.append(1) or original(self)
+        MonitorWriter, "write", lambda self: calls.append(1) or original(self)
     )
     x, y = data(n=160)
     model = mlp()
@@ -197,7 +197,7 @@ def test_callback_needs_a_monitored_optimizer(tmp_path):
     model = mlp()
     model.compile(keras.optimizers.SGD(), LOSS)
     with pytest.raises(
-        ValueError, match=r"Expected a keras_gradmon\.GradientMonitorOptimizer"
+        ValueError, match=r"Expected an optimizer monitored by keras_gradmon"
     ):
         model.fit(x, y, verbose=0, callbacks=[GradientSummaryCallback(str(tmp_path))])
 

@@ -18,7 +18,7 @@ def test_defaults_and_round_trip():
     [
         (
             {"every_n_steps": 0},
-            r"`every_n_steps` must be a positive integer or a "
+            r"`every_n_steps` must be a positive integer .* or a "
             r"callable .* Received: every_n_steps=0",
         ),
         ({"every_n_steps": -3}, r"Received: every_n_steps=-3"),

@@ -200,12 +200,12 @@ def test_nonfinite_gradients_are_counted_and_do_not_crash(mode):
 
 def test_model_fit_under_xla_matches_unwrapped_and_traces_once(tmp_path, monkeypatch):
     traces = []
-    record = GradientMonitor.record
-    # Python runs `record` only while TensorFlow traces the step.
+    measure = GradientMonitor.measure
+    # Python runs `measure` only while TensorFlow traces the step.
     monkeypatch.setattr(
         GradientMonitor,
-        "record",
-        lambda self, *a, **k: traces.append(1) or record(self, *a, **k),
+        "measure",
+        lambda self, *a, **k: traces.append(1) or measure(self, *a, **k),
     )
     x, y = data(n=128)
     plain, monitored = mlp(), mlp()
@@ -304,7 +304,7 @@ def test_callable_frequency_cannot_be_saved():
     [None, "adam", tf.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)],
 )
 def test_rejects_what_is_not_a_keras_optimizer(inner):
-    with pytest.raises(ValueError, match="`inner_optimizer` must be an instance"):
+    with pytest.raises(ValueError, match="`inner_optimizer` must be a Keras 3 optimizer"):
         GradientMonitorOptimizer(inner)
 
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from keras_gradmon.monitor import unique_names
+from keras_gradmon.naming import unique_names
 
 #: Activation layers known by their class rather than an `activation` argument.
 _ACTIVATION_LAYERS = {
@@ -74,6 +74,33 @@ def model_layers(model: Any) -> list[Any]:
     return found
 
 
+def check_layers_argument(layers: object) -> re.Pattern[str] | None:
+    """Checks the `layers` argument without the model: None, a valid regex
+    (returned compiled) or a list of names (None returned).
+
+    Example:
+
+    >>> check_layers_argument("dense_[0-9]").pattern
+    'dense_[0-9]'
+    """
+    if layers is None:
+        return None
+    if isinstance(layers, str):
+        try:
+            return re.compile(layers)
+        except re.error as error:
+            raise ValueError(
+                f"`layers` is not a valid regular expression ({error}). "
+                f"Received: layers={layers!r}"
+            ) from None
+    if not isinstance(layers, Sequence) or not all(isinstance(n, str) for n in layers):
+        raise ValueError(
+            "`layers` must be None, a regex string or a list of layer names. "
+            f"Received: layers={layers!r}"
+        )
+    return None
+
+
 def select_layers(
     model: Any, layers: str | Sequence[str] | None = None
 ) -> list[WatchedLayer]:
@@ -111,8 +138,8 @@ def select_layers(
                 f"The model's layers: {names}"
             )
         return chosen
-    if isinstance(layers, str):
-        pattern = re.compile(layers)
+    pattern = check_layers_argument(layers)
+    if pattern is not None:
         chosen = [w for w in watched if pattern.search(w.name)]
         if not chosen:
             raise ValueError(
@@ -120,11 +147,6 @@ def select_layers(
                 f"layers={layers!r}. The model's layers: {names}"
             )
         return chosen
-    if not isinstance(layers, Sequence) or not all(isinstance(n, str) for n in layers):
-        raise ValueError(
-            "`layers` must be None, a regex string or a list of layer names. "
-            f"Received: layers={layers!r}"
-        )
     by_name = {w.name: w for w in watched}
     unknown = [n for n in layers if n not in by_name]
     if unknown or not layers:

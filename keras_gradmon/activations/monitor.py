@@ -7,7 +7,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from keras_gradmon import _validation, distribute
-from keras_gradmon.activations.layers import WatchedLayer, select_layers
+from keras_gradmon.activations.layers import (
+    WatchedLayer,
+    check_layers_argument,
+    select_layers,
+)
 from keras_gradmon.activations.probe import ActivationProbe, ActivationSnapshot
 from keras_gradmon.alerts import Alert, AlertEngine, RateLimiter
 from keras_gradmon.alerts.base import Rule
@@ -16,15 +20,12 @@ from keras_gradmon.alerts.defaults import (
     DEAD_FRACTION,
     default_activation_rules,
 )
-from keras_gradmon.recorders.alerts import Action, AlertDelivery, validate_actions
-from keras_gradmon.tags import (
-    activation_histogram_summaries,
-    activation_scalar_summaries,
-)
+from keras_gradmon.alerts.runner import Action, AlertDelivery, validate_actions
+from keras_gradmon.schedule import Frequency, Schedule, check_frequency
 
-#: When to measure: every N steps, or a callable from the (Python int) step
-#: to a bool. Runs on the host, never inside the train step.
-HostFrequency = int | Callable[[int], bool]
+#: When to measure: every N steps, or a callable from the step (an int64
+#: scalar tensor, evaluated eagerly on the host) to a boolean.
+HostFrequency = Frequency
 
 
 def _writes_summaries(model: Any) -> bool:
@@ -35,6 +36,7 @@ def _writes_summaries(model: Any) -> bool:
 
 def check_options(
     data: Any,
+    layers: Any,
     every_n_steps: HostFrequency,
     histogram_buckets: int | None,
     std_band: tuple[float, float] | None,
@@ -52,8 +54,8 @@ def check_options(
             "`data` must be a batch of model inputs to probe the layers "
             "with (e.g. x_val[:256]). Received: data=None"
         )
-    if not callable(every_n_steps):
-        _validation.positive_int("every_n_steps", every_n_steps)
+    check_frequency("every_n_steps", every_n_steps)
+    check_layers_argument(layers)
     if histogram_buckets is not None:
         _validation.positive_int("histogram_buckets", histogram_buckets)
     if rules is None:
@@ -162,6 +164,7 @@ class ActivationMonitor:
     ) -> None:
         check_options(
             data,
+            layers,
             every_n_steps,
             histogram_buckets,
             std_band,
@@ -173,6 +176,7 @@ class ActivationMonitor:
             tag_scope,
         )
         self.every_n_steps = every_n_steps
+        self.schedule = Schedule(every_n_steps)
         self.tag_scope = tag_scope
         self.watched: list[WatchedLayer] = select_layers(model, layers)
         if forward is None:
@@ -218,9 +222,7 @@ class ActivationMonitor:
         step = int(step)
         if self.latest is not None and self.latest.step == step:
             return False
-        if callable(self.every_n_steps):
-            return bool(self.every_n_steps(step))
-        return step % self.every_n_steps == 0
+        return self.schedule.due(step)
 
     def update(self, step: Any) -> ActivationSnapshot | None:
         """Measures if `step` (an int or an integer tensor/variable) is due.
@@ -243,12 +245,10 @@ class ActivationMonitor:
         snapshot = self.probe.measure(int(step))
         self.latest = snapshot
         if self.recorder is not None and self.delivery.writes():
-            self.recorder.write_scalars(
-                activation_scalar_summaries(snapshot, self.tag_scope), snapshot.step
-            )
+            scope = self.tag_scope
+            self.recorder.write_scalars(snapshot.scalar_values(scope), snapshot.step)
             self.recorder.write_histograms(
-                activation_histogram_summaries(snapshot, self.tag_scope),
-                snapshot.step,
+                snapshot.histogram_values(scope), snapshot.step
             )
         alerts = self.engine.update(snapshot.step, activation_metrics(snapshot))
         self.delivery.deliver(snapshot.step, alerts, self.engine)
@@ -258,3 +258,7 @@ class ActivationMonitor:
         """Flushes the event file."""
         if self.recorder is not None:
             self.recorder.flush()
+
+    def close(self) -> None:
+        """Closes the event file (a later measurement reopens it)."""
+        self.delivery.close()

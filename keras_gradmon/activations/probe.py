@@ -12,12 +12,14 @@ import tensorflow as tf
 
 from keras_gradmon.activations.capture import capture_outputs
 from keras_gradmon.activations.layers import WatchedLayer
+from keras_gradmon.recorders.buckets import histogram_rows
 from keras_gradmon.stats import bucket_counts, tensor_statistics
 from keras_gradmon.stats.activations import (
     SATURATING,
     dead_units,
     saturated_fraction,
 )
+from keras_gradmon.tags import tag
 
 #: The per-layer numbers, in column order. `saturated_fraction` is NaN for
 #: layers that are not tanh or sigmoid.
@@ -75,6 +77,28 @@ class ActivationSnapshot:
                 self.layers, column, self.reached, self.activations
             )
             if reached and (name != "saturated_fraction" or activation in SATURATING)
+        }
+
+    def scalar_values(self, scope: str | None = None) -> dict[str, float]:
+        """`{tag: value}` of every activation scalar:
+        `activation_<stat>/[<scope>/]<layer>`; layers the probe did not reach
+        get none, and `saturated_fraction` is for tanh and sigmoid layers."""
+        return {
+            tag(f"activation_{name}", layer, scope): value
+            for name in ACTIVATION_STATISTICS
+            for layer, value in self.stat(name).items()
+        }
+
+    def histogram_values(self, scope: str | None = None) -> dict[str, np.ndarray]:
+        """`{tag: [k, 3] rows}` of each reached layer's outputs, or {}."""
+        if self.hist_counts is None:
+            return {}
+        return {
+            tag("activation_hist", layer, scope): histogram_rows(
+                self.hist_counts[i], self.hist_range[i]
+            )
+            for i, layer in enumerate(self.layers)
+            if self.reached[i]
         }
 
 

@@ -89,7 +89,13 @@ def default_activation_rules(
                 "`std_band` must be None or a pair (low, high). "
                 f"Received: std_band={std_band!r}"
             )
-        rules["activation_std"] = BandRule(*std_band, metric=ACTIVATION_STD)
+        try:
+            rules["activation_std"] = BandRule(*std_band, metric=ACTIVATION_STD)
+        except ValueError as error:
+            raise ValueError(
+                "`std_band` must be a pair (low, high) of finite numbers with "
+                f"0 <= low < high ({error}). Received: std_band={std_band!r}"
+            ) from None
     if dead_fraction is not None:
         warning = _validation.open_unit_interval("dead_fraction", dead_fraction)
         rules["dead_units"] = ThresholdRule(

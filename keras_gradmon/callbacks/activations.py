@@ -15,7 +15,8 @@ from keras_gradmon.activations.monitor import (
 )
 from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.base import Rule
-from keras_gradmon.recorders.alerts import Action
+from keras_gradmon.alerts.runner import Action
+from keras_gradmon.callbacks.steps import StepTracker, optimizer_step
 
 
 class ActivationMonitorCallback(keras.callbacks.Callback):
@@ -88,6 +89,7 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
         # Everything that can be checked without the model, checked now.
         check_options(
             data,
+            layers,
             every_n_steps,
             histogram_buckets,
             std_band,
@@ -115,7 +117,7 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
             tag_scope=tag_scope,
         )
         self.monitor: ActivationMonitor | None = None
-        self._epoch_start = 0
+        self._steps = StepTracker()
         self._previous: int | None = None
         if model is not None:
             self.set_model(model)
@@ -138,27 +140,21 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
         # One host read an epoch (exact even after skipped steps); batches
         # are then counted from it, with no device access.
         optimizer = getattr(self.model, "optimizer", None)
-        iterations = getattr(optimizer, "iterations", None)
-        self._epoch_start = int(iterations.numpy()) if iterations is not None else 0
+        has_step = getattr(optimizer, "iterations", None) is not None
+        self._steps.start_epoch(optimizer_step(optimizer) if has_step else 0)
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        step = self._epoch_start + batch
-        if self._passed_due_step(step):
+        step = self._steps.batch_start(batch)
+        # With `steps_per_execution` a batch covers several steps: a due
+        # step inside the previous one is measured at this batch's start.
+        first = step if self._previous is None else self._previous + 1
+        latest = self.monitor.latest
+        fresh = latest is None or latest.step != step
+        if fresh and self.monitor.schedule.any_due(first, step + 1):
             self.monitor.record(step)
             if self.monitor.stop_requested:
                 self.model.stop_training = True
         self._previous = step
 
     def on_train_end(self, logs: dict | None = None) -> None:
-        self.monitor.flush()
-
-    def _passed_due_step(self, step: int) -> bool:
-        """Whether a measuring step lies in (previous batch start, step].
-
-        With `steps_per_execution` a batch covers several steps, so a due
-        step inside the previous one is measured at this batch's start.
-        """
-        frequency = self.monitor.every_n_steps
-        if callable(frequency) or self._previous is None:
-            return self.monitor.due(step)
-        return step // frequency > self._previous // frequency
+        self.monitor.close()

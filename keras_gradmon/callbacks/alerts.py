@@ -10,8 +10,8 @@ import keras
 
 from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.base import Rule
-from keras_gradmon.callbacks.schedule import SummarySchedule, monitored_iterations
-from keras_gradmon.recorders.alerts import Action, AlertChecker, validate_actions
+from keras_gradmon.alerts.runner import Action, AlertChecker, alerting
+from keras_gradmon.callbacks.steps import StepTracker, optimizer_step
 
 
 class GradientAlertCallback(keras.callbacks.Callback):
@@ -64,47 +64,44 @@ class GradientAlertCallback(keras.callbacks.Callback):
         max_per_rule: int | None = None,
     ) -> None:
         super().__init__()
-        self._options = dict(
-            rules=rules,
-            actions=actions,
-            log_dir=log_dir,
-            writer=writer,
-            jsonl_path=jsonl_path,
-            cooldown_steps=cooldown_steps,
-            max_per_rule=max_per_rule,
+        # Every argument is checked now, not when `fit` starts.
+        self._engine, self._delivery = alerting(
+            rules, actions, log_dir, writer, jsonl_path, cooldown_steps, max_per_rule
         )
-        validate_actions(actions)  # at construction, not at fit time
         self._optimizer = optimizer
         self.checker: AlertChecker | None = None
-        self._schedule: SummarySchedule | None = None
+        self._steps = StepTracker()
+        self._pending = False
 
     @property
     def alerts(self) -> list[Alert]:
         """Every alert emitted so far, in order."""
-        return self.checker.history if self.checker else []
+        return self._engine.history
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         if self.checker is None:
-            self.checker = AlertChecker(
-                self._optimizer or self.model.optimizer, **self._options
+            self.checker = AlertChecker.from_parts(
+                self._optimizer or self.model.optimizer, self._engine, self._delivery
             )
-        config = self.checker.optimizer.monitor.config
-        self._schedule = SummarySchedule([config.every_n_steps])
-        self._schedule.start(monitored_iterations(self.checker.optimizer))
+        self._pending = False
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        if self._schedule is not None:
-            self._schedule.epoch_start()
+        self._steps.start_epoch(optimizer_step(self.checker.optimizer))
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        if self._schedule is not None and self._schedule.due(batch):
-            fresh = self._check()
-            self._schedule.found(fresh)
+        first, end = self._steps.batch_end(batch)
+        schedule = self.checker.optimizer.monitor.schedule
+        if schedule.any_due(first, end) or self._pending:
+            # Not found: a skipped step delayed it; look until it shows up.
+            self._pending = not self._check()
         self._update_logs(logs)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self._check()
         self._update_logs(logs)
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        self._delivery.close()
 
     def _check(self) -> bool:
         before = self.checker.checked_step

@@ -2,36 +2,58 @@
 
 from __future__ import annotations
 
-import math
+import os
+from collections.abc import Sequence
 from typing import Any
 
 import keras
 
-from keras_gradmon.callbacks.schedule import SummarySchedule, monitored_iterations
-from keras_gradmon.recorders.monitor_writer import MonitorWriter, find_monitored
+from keras_gradmon.adapters.base import MonitoredOptimizer, find_monitored
+from keras_gradmon.callbacks.steps import StepTracker, optimizer_step
+from keras_gradmon.recorders.base import Recorder
+from keras_gradmon.recorders.keras_logs import KerasLogsRecorder
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+from keras_gradmon.recorders.writer import MonitorWriter
+from keras_gradmon.tags import GLOBAL, tag
+
+
+def _check_recorders(recorders: Sequence[Recorder] | None) -> list[Recorder]:
+    if recorders is None:
+        return []
+    if isinstance(recorders, (str, bytes)) or not isinstance(recorders, Sequence):
+        raise ValueError(
+            "`recorders` must be a list of recorders (see "
+            f"keras_gradmon.recorders). Received: recorders={recorders!r}"
+        )
+    for recorder in recorders:
+        if not isinstance(recorder, Recorder):
+            raise ValueError(
+                "`recorders` must hold objects with write_scalars, "
+                "write_histograms, write_text, flush, close and destination "
+                f"(the Recorder protocol). Received: {recorder!r}"
+            )
+    return list(recorders)
 
 
 class GradientSummaryCallback(keras.callbacks.Callback):
-    """Writes what `GradientMonitorOptimizer` recorded to TensorBoard and logs.
+    """Writes what a monitored optimizer recorded, during `fit`.
 
-    Scalars and histograms are written at the optimizer's configured
-    frequencies, with the optimizer's iteration count as the step. The
-    global gradient norm also goes into Keras `logs` under `logs_key`, so it
-    shows in the progress bar, `History` and `CSVLogger`.
-
-    On steps without fresh statistics the callback reads nothing from the
-    device: with an int frequency it knows from the step count when a summary
-    can have happened.
+    Scalars and histograms go to TensorBoard (and to any extra `recorders`)
+    at the optimizer's configured frequencies, with the optimizer's step;
+    the global gradient norm also goes into Keras `logs` under `logs_key`
+    (progress bar, `History`, `CSVLogger`). On steps without fresh
+    statistics the callback reads nothing from the device. The event file
+    is closed when training ends.
 
     Args:
         log_dir: Directory for the event file (created lazily). Use a
             directory of its own, or Keras's `<log_dir>/train` to put the
             gradients beside the `TensorBoard` callback's loss curves.
         writer: An existing `tf.summary` writer, instead of `log_dir`.
-        optimizer: The monitored optimizer; defaults to `model.optimizer`
-            (or the `GradientMonitorOptimizer` it wraps).
+        optimizer: The monitored optimizer; defaults to `model.optimizer`.
         logs_key: The Keras logs key of the global gradient norm, or None.
+        recorders: More destinations (`keras_gradmon.recorders`: JSON
+            Lines, console, or your own `Recorder`).
 
     Example:
 
@@ -42,60 +64,70 @@ class GradientSummaryCallback(keras.callbacks.Callback):
     ```
     """
 
-    # Safe on Keras's callback worker thread: snapshots re-read when a newer
-    # step lands mid-read, and the writer is only used from this callback.
-    async_safe = True
-
     def __init__(
         self,
-        log_dir: str | None = None,
+        log_dir: str | os.PathLike | None = None,
         writer: Any = None,
         optimizer: Any = None,
         logs_key: str | None = "grad_norm",
+        recorders: Sequence[Recorder] | None = None,
     ) -> None:
         super().__init__()
-        self._recorder = TensorBoardRecorder(log_dir=log_dir, writer=writer)
-        self._optimizer = optimizer
+        self._tensorboard = TensorBoardRecorder(log_dir=log_dir, writer=writer)
+        self._extra = _check_recorders(recorders)
+        if logs_key is not None and not (isinstance(logs_key, str) and logs_key):
+            raise ValueError(
+                "`logs_key` must be a non-empty string or None. "
+                f"Received: logs_key={logs_key!r}"
+            )
         self.logs_key = logs_key
+        self._optimizer = optimizer
+        self._logs: KerasLogsRecorder | None = None
         self._writer: MonitorWriter | None = None
-        self._schedule: SummarySchedule | None = None
+        self._steps = StepTracker()
+        self._pending = False
 
     @property
     def monitor_writer(self) -> MonitorWriter:
+        """The writer of the monitored optimizer (made when training starts)."""
         if self._writer is None:
-            optimizer = self._optimizer or getattr(self.model, "optimizer", None)
+            monitored = self._monitored()
+            scope = monitored.monitor.config.tag_scope
+            norm = tag("grad_norm", GLOBAL, scope)
+            self._logs = KerasLogsRecorder(
+                {self.logs_key: norm} if self.logs_key else {}
+            )
+            recorders = [self._tensorboard, self._logs, *self._extra]
             self._writer = MonitorWriter(
-                find_monitored(optimizer).monitor, self._recorder
+                monitored.monitor, recorders, monitored._monitor_name()
             )
         return self._writer
 
+    def _monitored(self) -> MonitoredOptimizer:
+        return find_monitored(self._optimizer or getattr(self.model, "optimizer", None))
+
     def on_train_begin(self, logs: dict | None = None) -> None:
-        config = self.monitor_writer.monitor.config
-        self._schedule = SummarySchedule(
-            [config.every_n_steps, config.histogram_every_n_steps]
-        )
-        optimizer = find_monitored(self._optimizer or self.model.optimizer)
-        self._schedule.start(monitored_iterations(optimizer))
+        self.monitor_writer  # noqa: B018 - resolves the optimizer now
+        self._pending = False
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        if self._schedule is not None:
-            self._schedule.epoch_start()
+        self._steps.start_epoch(optimizer_step(self._monitored()))
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        if self._schedule is not None and self._schedule.due(batch):
-            self._schedule.found(self.monitor_writer.write())
-        self._update_logs(logs)
+        first, end = self._steps.batch_end(batch)
+        monitor = self.monitor_writer.monitor
+        due = monitor.schedule.any_due(first, end) or (
+            monitor.histogram_schedule.any_due(first, end)
+        )
+        if due or self._pending:
+            # Not found: a skipped step delayed it; look until it shows up.
+            self._pending = not self.monitor_writer.write()
+        self._logs.update(logs)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self.monitor_writer.write()
-        self._update_logs(logs)
+        self.monitor_writer.flush()
+        self._logs.update(logs)
 
     def on_train_end(self, logs: dict | None = None) -> None:
-        self.monitor_writer.write()
-        self._recorder.flush()
-
-    def _update_logs(self, logs: dict | None) -> None:
-        if logs is None or self.logs_key is None:
-            return
-        latest = self.monitor_writer.latest
-        logs[self.logs_key] = latest.totals["grad_norm"] if latest else math.nan
+        self.monitor_writer.close()

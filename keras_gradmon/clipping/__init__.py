@@ -2,16 +2,17 @@
 
 Optax style: a rule holds validated hyper-parameters; `state_spec()` names
 the variables it needs and `clip()` maps (grads, weights, global norm,
-state values) to (clipped grads, new state values) with plain tensor math.
-The caller creates the variables, computes the global norm, assigns the new
-state and reports pre/post-clip norms.
+state values) to a `ClipResult` (clipped grads, new state values, post-clip
+norm) with plain tensor math. The caller creates the variables, computes
+the global norm (`global_norm`, overflow-safe) and assigns the new state.
 
 Example:
 
 >>> import tensorflow as tf
 >>> rule = make_clip_rule("global_norm", max_norm=1.0)
->>> [g], state = rule.clip([tf.constant([6.0, 8.0])], [], tf.constant(10.0), {})
->>> [round(x, 3) for x in g.numpy().tolist()], state
+>>> grads = [tf.constant([6.0, 8.0])]
+>>> result = rule.clip(grads, [], global_norm_of(grads), {})
+>>> [round(x, 3) for x in result.grads[0].numpy().tolist()], result.state
 ([0.6, 0.8], {})
 """
 
@@ -21,7 +22,15 @@ import dataclasses
 
 from keras_gradmon.clipping.agc import AdaptiveGradientClip
 from keras_gradmon.clipping.autoclip import AutoClip
-from keras_gradmon.clipping.base import ClipRule, StateSpec, scale_by_global_norm
+from keras_gradmon.clipping.base import (
+    ClipResult,
+    ClipRule,
+    GlobalNorm,
+    StateSpec,
+    global_norm_of,
+    post_clip_norm,
+    scale_by_global_norm,
+)
 from keras_gradmon.clipping.global_norm import GlobalNormClip
 from keras_gradmon.clipping.zclip import ZCLIP_MODES, ZClip
 
@@ -91,11 +100,15 @@ __all__ = [
     "ZCLIP_MODES",
     "AdaptiveGradientClip",
     "AutoClip",
+    "ClipResult",
     "ClipRule",
+    "GlobalNorm",
     "GlobalNormClip",
     "StateSpec",
     "ZClip",
+    "global_norm_of",
     "make_clip_rule",
+    "post_clip_norm",
     "rule_params",
     "scale_by_global_norm",
 ]

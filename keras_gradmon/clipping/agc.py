@@ -15,7 +15,13 @@ from typing import ClassVar
 import tensorflow as tf
 
 from keras_gradmon import _validation
-from keras_gradmon.clipping.base import StateSpec, compute_dtype
+from keras_gradmon.clipping.base import (
+    ClipResult,
+    GlobalNorm,
+    StateSpec,
+    compute_dtype,
+    global_norm_of,
+)
 
 # Guards the division where a unit's gradient norm is 0 (the reference's
 # `max(||G||, 1e-6)`); it cannot engage, as a zero unit is never clipped.
@@ -47,6 +53,17 @@ def unitwise_axes(shape: tf.TensorShape) -> list[int] | None:
     return list(range(rank - 1))
 
 
+def _unit_parts(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """`(largest, relative)` per unit: the unit's largest |x| and the norm of
+    `x / largest` (in [1, sqrt(size)]), so that norm = largest * relative
+    without squaring values near the float32 limit (1e30) or tiny ones."""
+    axes = unitwise_axes(x.shape)
+    largest = tf.reduce_max(tf.abs(x), axis=axes, keepdims=True)
+    scale = tf.where(largest > 0, largest, tf.ones_like(largest))
+    relative = tf.sqrt(tf.reduce_sum(tf.square(x / scale), axis=axes, keepdims=True))
+    return scale, relative
+
+
 def unitwise_norm(x: tf.Tensor) -> tf.Tensor:
     """L2 norm of each output unit of `x`, broadcastable against `x`.
 
@@ -55,8 +72,8 @@ def unitwise_norm(x: tf.Tensor) -> tf.Tensor:
     >>> unitwise_norm(tf.constant([[3.0, 0.0], [4.0, 1.0]])).numpy().tolist()
     [[5.0, 1.0]]
     """
-    axes = unitwise_axes(x.shape)
-    return tf.sqrt(tf.reduce_sum(tf.square(x), axis=axes, keepdims=True))
+    scale, relative = _unit_parts(x)
+    return scale * relative
 
 
 @dataclass(frozen=True)
@@ -75,10 +92,11 @@ class AdaptiveGradientClip:
 
     Example:
 
+    >>> from keras_gradmon.clipping import global_norm_of
     >>> rule = AdaptiveGradientClip(clipping=0.1)
     >>> w, g = tf.constant([[3.0], [4.0]]), tf.constant([[0.0], [2.0]])
-    >>> [clipped], _ = rule.clip([g], [w], tf.constant(2.0), {})
-    >>> clipped.numpy().ravel().tolist()  # ||W|| = 5, so ||G|| capped at 0.5
+    >>> result = rule.clip([g], [w], global_norm_of([g]), {})
+    >>> result.grads[0].numpy().ravel().tolist()  # ||W|| = 5: ||G|| <= 0.5
     [0.0, 0.5]
     """
 
@@ -98,10 +116,10 @@ class AdaptiveGradientClip:
         self,
         grads: list[tf.Tensor],
         weights: list[tf.Tensor],
-        global_norm: tf.Tensor,
+        norm: GlobalNorm,
         state: dict[str, tf.Tensor],
-    ) -> tuple[list[tf.Tensor], dict[str, tf.Tensor]]:
-        del global_norm, state  # unit-wise and stateless
+    ) -> ClipResult:
+        del norm, state  # unit-wise and stateless
         if len(grads) != len(weights):
             raise ValueError(
                 "AGC needs one weight per gradient. Received: "
@@ -112,8 +130,14 @@ class AdaptiveGradientClip:
             dtype = compute_dtype(g.dtype)
             g32 = tf.cast(g, dtype)
             w_norm = unitwise_norm(tf.cast(w, dtype))
-            g_norm = unitwise_norm(g32)
+            scale, relative = _unit_parts(g32)
+            g_norm = scale * relative  # Inf past float32: then it clips
             max_norm = self.clipping * tf.maximum(w_norm, self.eps)
-            scaled = g32 * (max_norm / tf.maximum(g_norm, _DIV_EPS))
+            # G * max_norm / ||G||, as (G / scale) * (max_norm / relative):
+            # no intermediate overflows, even when ||G|| does not fit.
+            floor = _DIV_EPS / scale
+            scaled = (g32 / scale) * (max_norm / tf.maximum(relative, floor))
             clipped.append(tf.where(g_norm < max_norm, g, tf.cast(scaled, g.dtype)))
-        return clipped, {}
+        after = global_norm_of(clipped)
+        post = tf.where(after.finite, after.clamped, float("nan"))
+        return ClipResult(clipped, {}, post)

@@ -19,7 +19,13 @@ from typing import ClassVar
 import tensorflow as tf
 
 from keras_gradmon import _validation
-from keras_gradmon.clipping.base import StateSpec, scale_by_global_norm
+from keras_gradmon.clipping.base import (
+    ClipResult,
+    GlobalNorm,
+    StateSpec,
+    post_clip_norm,
+    scale_by_global_norm,
+)
 
 
 @dataclass(frozen=True)
@@ -37,12 +43,13 @@ class AutoClip:
 
     Example:
 
+    >>> from keras_gradmon.clipping import global_norm_of
     >>> rule = AutoClip(percentile=50.0, history=4)
     >>> state = {"buffer": tf.constant([1.0, 2.0, 0.0, 0.0]),
     ...          "count": tf.constant(2, tf.int64)}
     >>> g = [tf.constant([0.0, 9.0])]
-    >>> [clipped], new = rule.clip(g, g, tf.constant(9.0), state)
-    >>> float(rule.threshold(new)), clipped.numpy().tolist()
+    >>> result = rule.clip(g, g, global_norm_of(g), state)
+    >>> float(rule.threshold(result.state)), result.grads[0].numpy().tolist()
     (2.0, [0.0, 2.0])
     """
 
@@ -91,23 +98,30 @@ class AutoClip:
         self,
         grads: list[tf.Tensor],
         weights: list[tf.Tensor],
-        global_norm: tf.Tensor,
+        norm: GlobalNorm,
         state: dict[str, tf.Tensor],
-    ) -> tuple[list[tf.Tensor], dict[str, tf.Tensor]]:
+    ) -> ClipResult:
         del weights  # the threshold depends on the norm history only
-        norm = tf.cast(global_norm, tf.float32)
-        finite = tf.math.is_finite(norm)
+        # Finite gradients whose norm overflows float32 enter the history as
+        # float32's largest value; NaN/Inf steps do not enter it.
+        value = norm.clamped
+        finite = norm.finite
         buffer = tf.convert_to_tensor(state["buffer"], tf.float32)
         count = tf.convert_to_tensor(state["count"], tf.int64)
         slots = tf.range(self.history, dtype=tf.int64)
         # A masked write rather than a scatter: cheap, and XLA-friendly.
         write = tf.logical_and(finite, tf.equal(slots, count % self.history))
         new_state = {
-            "buffer": tf.where(write, norm, buffer),
+            "buffer": tf.where(write, value, buffer),
             "count": count + tf.cast(finite, tf.int64),
         }
         threshold = self.threshold(new_state)
         # Strictly above: a zero norm under a zero threshold (a 0th percentile
         # over a history holding a zero) stays zero instead of 0 * inf = NaN.
-        clip = norm > threshold
-        return scale_by_global_norm(grads, norm, threshold, clip), new_state
+        # NaN never compares above: `not finite` clips it (to NaN), as TF.
+        clip = tf.logical_or(value > threshold, tf.logical_not(finite))
+        return ClipResult(
+            scale_by_global_norm(grads, norm, threshold, clip),
+            new_state,
+            post_clip_norm(norm, threshold, clip),
+        )

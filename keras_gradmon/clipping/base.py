@@ -1,21 +1,163 @@
-"""The clipping-rule protocol and the global-norm scaling the rules share.
+"""The clipping-rule protocol, the global norm every rule reads, and the
+global-norm scaling the rules share.
 
 A rule is a small immutable object: hyper-parameters in, and two methods.
 `state_spec()` names the variables it needs; `clip()` is pure tensor math
-that maps (grads, weights, global norm, state values) to (clipped grads, new
-state values). The caller owns the variables, so a rule never assigns
-anything and compiles under `tf.function(jit_compile=True)` and with
-AutoGraph off.
+that maps (grads, weights, global norm, state values) to a `ClipResult`:
+the clipped grads, the new state values and the post-clip global norm. The
+caller owns the variables, so a rule never assigns anything and compiles
+under `tf.function(jit_compile=True)` and with AutoGraph off.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import tensorflow as tf
+
+from keras_gradmon.graph import gate
 
 #: {variable name: (shape, dtype name, initial value)}.
 StateSpec = dict[str, tuple[tuple[int, ...], str, float]]
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def compute_dtype(dtype: tf.DType) -> tf.DType:
+    """float64 for float64 tensors, else float32 (half precision is widened)."""
+    return tf.float64 if dtype == tf.float64 else tf.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalNorm:
+    """The L2 norm of all gradient elements, three ways.
+
+    Attributes:
+        fast: float32, exactly `tf.linalg.global_norm` (Inf when the float32
+            squares overflow, NaN when an element is NaN).
+        exact: float64, the true norm: finite whenever every element is,
+            even when `fast` overflowed (gradients around 1e30).
+        finite: bool, whether every gradient element is finite.
+    """
+
+    fast: tf.Tensor
+    exact: tf.Tensor
+    finite: tf.Tensor
+
+    @property
+    def clamped(self) -> tf.Tensor:
+        """float32 `exact`, at most float32's largest value (NaN stays NaN):
+        what rules keep in their float32 histories."""
+        return tf.cast(tf.minimum(self.exact, _FLOAT32_MAX), tf.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipResult:
+    """What a rule returns: clipped grads (input dtypes), new state values,
+    and the float32 global norm after clipping (NaN on a non-finite step)."""
+
+    grads: list[tf.Tensor]
+    state: dict[str, tf.Tensor]
+    post_norm: tf.Tensor
+
+
+def _same_dtype(grads: list[tf.Tensor]) -> list[tf.Tensor]:
+    dtype = tf.float64 if any(g.dtype == tf.float64 for g in grads) else tf.float32
+    return [g if g.dtype == dtype else tf.cast(g, dtype) for g in grads]
+
+
+def global_norm_of(grads: list[tf.Tensor]) -> GlobalNorm:
+    """The global norm of `grads`, overflow-safe.
+
+    The common case is one pass: `tf.linalg.global_norm` itself. Only when
+    that is not finite does a conditional branch look again: it tells real
+    NaN/Inf elements from float32 squares that overflowed, and sums the
+    squares in float64, where 3e38 squared still fits.
+
+    Example:
+
+    >>> norm = global_norm_of([tf.constant([3e30, 4e30])])
+    >>> float(norm.fast), float(norm.exact), bool(norm.finite)
+    (inf, 5e+30, True)
+    """
+    dense = _same_dtype([tf.convert_to_tensor(g) for g in grads])
+    if not dense:
+        zero = tf.constant(0.0)
+        return GlobalNorm(zero, tf.constant(0.0, tf.float64), tf.constant(True))
+    fast = tf.cast(tf.linalg.global_norm(dense), tf.float32)
+
+    def quick() -> tuple[tf.Tensor, tf.Tensor]:
+        return tf.cast(fast, tf.float64), tf.constant(True)
+
+    def careful() -> tuple[tf.Tensor, tf.Tensor]:
+        finite = tf.reduce_all(
+            tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in dense])
+        )
+        squares = [tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in dense]
+        return tf.sqrt(tf.add_n(squares)), finite
+
+    exact, finite = gate(tf.math.is_finite(fast), quick, careful)
+    return GlobalNorm(fast, exact, finite)
+
+
+def scale_by_global_norm(
+    grads: list[tf.Tensor],
+    norm: GlobalNorm,
+    max_norm: tf.Tensor | float,
+    clip: tf.Tensor,
+) -> list[tf.Tensor]:
+    """Rescales `grads` to global norm `max_norm` where `clip` is true.
+
+    Where `norm.fast` is finite the scale is `tf.clip_by_global_norm`'s, op
+    for op, so a float32 result is bit-identical to `tf.clip_by_global_norm(
+    grads, max_norm, use_norm=norm.fast)`. Where the float32 norm overflowed
+    but every element is finite, the scale is `max_norm / norm.exact`, from
+    the float64 norm: huge gradients are clipped, not turned into NaN.
+    Where `clip` does not hold the input is returned untouched (TF would
+    multiply by `max_norm * (1 / max_norm)`, which can be one ulp off 1). A
+    non-finite gradient gives NaN everywhere, as in TF: the caller decides
+    to skip.
+
+    Example:
+
+    >>> norm = global_norm_of([tf.constant([3.0, 4.0])])
+    >>> [g] = scale_by_global_norm_of([tf.constant([3.0, 4.0])], norm, 1.0, True)
+    >>> g.numpy().tolist()
+    [0.6000000238418579, 0.800000011920929]
+    """
+    fast = tf.cast(norm.fast, tf.float32)
+    max32 = tf.cast(max_norm, tf.float32)
+    tf_scale = max32 * tf.minimum(1.0 / fast, 1.0 / max32) + (fast - fast)
+    # Past float32 (finite elements, overflowed squares), max_norm / norm may
+    # be subnormal, which CPUs flush to 0: it is applied as two normal
+    # factors, 1 / sqrt(norm) and max_norm / sqrt(norm). A NaN/Inf element
+    # keeps TF's scale, NaN.
+    exact = tf.logical_and(tf.logical_not(tf.math.is_finite(fast)), norm.finite)
+    root = tf.sqrt(norm.exact)
+    first = tf.where(exact, tf.cast(1.0 / root, tf.float32), tf_scale)
+    wide_max = tf.cast(max_norm, tf.float64)
+    second = tf.where(exact, tf.cast(wide_max / root, tf.float32), 1.0)
+    keep = tf.logical_and(tf.logical_not(clip), tf.math.is_finite(norm.exact))
+    clipped = []
+    for g in grads:
+        dtype = compute_dtype(g.dtype)
+        # Half precision is scaled in float32 and rounded once, not twice;
+        # `* second` is an exact `* 1.0` wherever TF's own scale applies.
+        wide = tf.cast(g, dtype) * tf.cast(first, dtype) * tf.cast(second, dtype)
+        clipped.append(tf.where(keep, g, tf.cast(wide, g.dtype)))
+    return clipped
+
+
+def post_clip_norm(
+    norm: GlobalNorm, threshold: tf.Tensor | float, clip: tf.Tensor
+) -> tf.Tensor:
+    """The float32 global norm after `scale_by_global_norm`: the threshold
+    where it clipped, the norm itself elsewhere, NaN on a non-finite step."""
+    threshold = tf.cast(threshold, tf.float32)
+    post = tf.where(clip, threshold, norm.clamped)
+    return tf.where(norm.finite, post, tf.constant(float("nan")))
 
 
 @runtime_checkable
@@ -39,56 +181,9 @@ class ClipRule(Protocol):
         self,
         grads: list[tf.Tensor],
         weights: list[tf.Tensor],
-        global_norm: tf.Tensor,
+        norm: GlobalNorm,
         state: dict[str, tf.Tensor],
-    ) -> tuple[list[tf.Tensor], dict[str, tf.Tensor]]:
-        """Returns (clipped grads, new state values), without side effects."""
+    ) -> ClipResult:
+        """Returns the clipped grads, new state values and post-clip norm,
+        without side effects."""
         ...
-
-
-def compute_dtype(dtype: tf.DType) -> tf.DType:
-    """float64 for float64 tensors, else float32 (half precision is widened)."""
-    return tf.float64 if dtype == tf.float64 else tf.float32
-
-
-def scale_by_global_norm(
-    grads: list[tf.Tensor],
-    global_norm: tf.Tensor,
-    max_norm: tf.Tensor | float,
-    clip: tf.Tensor,
-) -> list[tf.Tensor]:
-    """Rescales `grads` to global norm `max_norm` where `clip` is true.
-
-    The scale is `tf.clip_by_global_norm`'s, op for op, so a float32 result
-    is bit-identical to `tf.clip_by_global_norm(grads, max_norm,
-    use_norm=global_norm)` whenever `clip` holds. Where it does not, the
-    input is returned untouched (TF would multiply by
-    `max_norm * (1 / max_norm)`, which can be one ulp off 1). A non-finite
-    `global_norm` gives NaN everywhere, as in TF: the caller decides to skip.
-
-    Args:
-        grads: Dense float tensors of any dtypes.
-        global_norm: Scalar float32 L2 norm of all gradient elements.
-        max_norm: Scalar target norm (positive).
-        clip: Scalar bool, whether to rescale.
-
-    Returns:
-        The rescaled tensors, each in its input dtype.
-
-    Example:
-
-    >>> [g] = scale_by_global_norm([tf.constant([3.0, 4.0])], 5.0, 1.0, True)
-    >>> g.numpy().tolist()
-    [0.6000000238418579, 0.800000011920929]
-    """
-    norm = tf.cast(global_norm, tf.float32)
-    max_norm = tf.cast(max_norm, tf.float32)
-    scale = max_norm * tf.minimum(1.0 / norm, 1.0 / max_norm) + (norm - norm)
-    keep = tf.logical_and(tf.logical_not(clip), tf.math.is_finite(norm))
-    clipped = []
-    for g in grads:
-        dtype = compute_dtype(g.dtype)
-        # Half precision is scaled in float32 and rounded once, not twice.
-        scaled = tf.cast(tf.cast(g, dtype) * tf.cast(scale, dtype), g.dtype)
-        clipped.append(tf.where(keep, g, scaled))
-    return clipped

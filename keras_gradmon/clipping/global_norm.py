@@ -8,7 +8,13 @@ from typing import ClassVar
 import tensorflow as tf
 
 from keras_gradmon import _validation
-from keras_gradmon.clipping.base import StateSpec, scale_by_global_norm
+from keras_gradmon.clipping.base import (
+    ClipResult,
+    GlobalNorm,
+    StateSpec,
+    post_clip_norm,
+    scale_by_global_norm,
+)
 
 
 @dataclass(frozen=True)
@@ -23,18 +29,22 @@ class GlobalNormClip:
 
     Float32 results are bit-identical to `tf.clip_by_global_norm` given the
     same global norm when it clips; below `max_norm` the input is returned
-    untouched. A non-finite global norm gives NaN gradients, as in TF.
+    untouched. Finite gradients whose float32 norm overflows are clipped
+    by their exact norm; a NaN/Inf gradient gives NaN gradients, as in TF.
 
     Args:
         max_norm: The largest global norm let through.
 
     Example:
 
+    >>> from keras_gradmon.clipping import global_norm_of
     >>> rule = GlobalNormClip(max_norm=1.0)
     >>> g = [tf.constant([3.0, 4.0])]
-    >>> [clipped], _ = rule.clip(g, g, tf.constant(5.0), {})
-    >>> [round(x, 3) for x in clipped.numpy().tolist()]
+    >>> result = rule.clip(g, g, global_norm_of(g), {})
+    >>> [round(x, 3) for x in result.grads[0].numpy().tolist()]
     [0.6, 0.8]
+    >>> float(result.post_norm)
+    1.0
     """
 
     name: ClassVar[str] = "global_norm"
@@ -51,11 +61,14 @@ class GlobalNormClip:
         self,
         grads: list[tf.Tensor],
         weights: list[tf.Tensor],
-        global_norm: tf.Tensor,
+        norm: GlobalNorm,
         state: dict[str, tf.Tensor],
-    ) -> tuple[list[tf.Tensor], dict[str, tf.Tensor]]:
+    ) -> ClipResult:
         del weights, state  # stateless, and the threshold ignores the weights
-        norm = tf.cast(global_norm, tf.float32)
         # `not (norm < max_norm)` rather than `norm >= max_norm`: NaN clips.
-        clip = tf.logical_not(norm < self.max_norm)
-        return scale_by_global_norm(grads, norm, self.max_norm, clip), {}
+        clip = tf.logical_not(norm.clamped < self.max_norm)
+        return ClipResult(
+            scale_by_global_norm(grads, norm, self.max_norm, clip),
+            {},
+            post_clip_norm(norm, self.max_norm, clip),
+        )

@@ -26,7 +26,13 @@ from typing import ClassVar
 import tensorflow as tf
 
 from keras_gradmon import _validation
-from keras_gradmon.clipping.base import StateSpec, scale_by_global_norm
+from keras_gradmon.clipping.base import (
+    ClipResult,
+    GlobalNorm,
+    StateSpec,
+    post_clip_norm,
+    scale_by_global_norm,
+)
 
 #: Threshold formulas; see the module docstring.
 ZCLIP_MODES: tuple[str, ...] = ("reciprocal", "zscore")
@@ -55,12 +61,13 @@ class ZClip:
 
     Example:
 
+    >>> from keras_gradmon.clipping import global_norm_of
     >>> rule = ZClip(warmup=2)
     >>> state = {"count": tf.constant(2, tf.int64),
     ...          "mean": tf.constant(1.0), "var": tf.constant(0.01)}
     >>> g = [tf.constant([0.0, 3.0])]  # z = 20: clip to 1 + 2.5**2 / 20 * 0.1
-    >>> [clipped], new = rule.clip(g, g, tf.constant(3.0), state)
-    >>> round(float(clipped[1]), 5)
+    >>> result = rule.clip(g, g, global_norm_of(g), state)
+    >>> round(float(result.grads[0][1]), 5)
     1.03125
     """
 
@@ -93,12 +100,14 @@ class ZClip:
         self,
         grads: list[tf.Tensor],
         weights: list[tf.Tensor],
-        global_norm: tf.Tensor,
+        global_norm: GlobalNorm,
         state: dict[str, tf.Tensor],
-    ) -> tuple[list[tf.Tensor], dict[str, tf.Tensor]]:
+    ) -> ClipResult:
         del weights  # the threshold depends on the norm history only
-        norm = tf.cast(global_norm, tf.float32)
-        finite = tf.math.is_finite(norm)
+        # Finite gradients whose norm overflows float32 count as float32's
+        # largest value (a spike); NaN/Inf steps leave the state untouched.
+        norm = global_norm.clamped
+        finite = global_norm.finite
         count = tf.convert_to_tensor(state["count"], tf.int64)
         mean = tf.convert_to_tensor(state["mean"], tf.float32)
         var = tf.convert_to_tensor(state["var"], tf.float32)
@@ -133,4 +142,9 @@ class ZClip:
             "mean": tf.where(finite, tf.where(warming, warm_mean, ema_mean), mean),
             "var": tf.where(finite, tf.where(warming, warm_var, ema_var), var),
         }
-        return scale_by_global_norm(grads, norm, threshold, spike), new_state
+        # A non-finite step gives NaN gradients (spike or not), as TF does.
+        return ClipResult(
+            scale_by_global_norm(grads, global_norm, threshold, spike),
+            new_state,
+            post_clip_norm(global_norm, threshold, spike),
+        )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,14 +36,25 @@ class TensorBoardRecorder:
     >>> recorder.write_scalars({"grad_norm/global": 0.5}, step=0)
     """
 
-    def __init__(self, log_dir: str | None = None, writer: Any = None) -> None:
+    def __init__(
+        self, log_dir: str | os.PathLike | None = None, writer: Any = None
+    ) -> None:
         if (log_dir is None) == (writer is None):
             raise ValueError(
                 "Pass exactly one of `log_dir` and `writer`. Received: "
                 f"log_dir={log_dir!r}, writer={writer!r}"
             )
+        if log_dir is not None:
+            log_dir = check_log_dir("log_dir", log_dir)
+        if writer is not None and not hasattr(writer, "as_default"):
+            raise ValueError(
+                "`writer` must be a tf.summary writer (from "
+                "`tf.summary.create_file_writer`). Received: "
+                f"writer={writer!r}"
+            )
         self.log_dir = log_dir
         self._writer = writer
+        self._owns_writer = writer is None
         self._scalar_metadata = scalar_metadata.create_summary_metadata(
             display_name="", description=""
         )
@@ -54,6 +66,13 @@ class TensorBoardRecorder:
         )
         # TensorBoard needs a tag's plugin metadata in its first event only.
         self._described: set[str] = set()
+
+    @property
+    def destination(self) -> Any:
+        """The log directory's real path, or the given writer's id."""
+        if self.log_dir is not None:
+            return os.path.realpath(self.log_dir)
+        return id(self._writer)
 
     @property
     def writer(self) -> Any:
@@ -85,7 +104,7 @@ class TensorBoardRecorder:
             self._describe(entry, self._histogram_metadata)
         self._write(summary, step)
 
-    def write_text(self, tag: str, lines: list[str], step: int) -> None:
+    def write_text(self, tag: str, lines: Sequence[str], step: int) -> None:
         """Writes `lines` as one text summary (a vector of strings) at `step`."""
         summary = summary_pb2.Summary()
         entry = summary.value.add(
@@ -101,7 +120,19 @@ class TensorBoardRecorder:
             self._described.add(entry.tag)
 
     def flush(self) -> None:
+        """Flushes the event file."""
         if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Flushes; closes the event file if this recorder opened it (a new
+        one is opened by the next write)."""
+        if self._writer is None:
+            return
+        if self._owns_writer:
+            self._writer.close()
+            self._writer = None
+        else:
             self._writer.flush()
 
     def _write(self, summary: summary_pb2.Summary, step: int) -> None:
@@ -111,3 +142,15 @@ class TensorBoardRecorder:
             tf.summary.experimental.write_raw_pb(
                 summary.SerializeToString(), step=int(step)
             )
+
+
+def check_log_dir(name: str, value: object) -> str:
+    """`value` as a path string, if it is a non-empty str or os.PathLike."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise ValueError(
+            f"`{name}` must be a directory path (a non-empty str or "
+            f"os.PathLike). Received: {name}={value!r}"
+        )
+    return value

@@ -8,21 +8,21 @@ import tensorflow as tf
 from tf_agents.utils import common
 
 import keras_gradmon
-from keras_gradmon.legacy import LegacyGradientMonitorOptimizer
+from keras_gradmon.adapters.tf_keras import TfKerasGradientMonitorOptimizer
 from tests.agents.helpers import loss_gradients, make_agent, make_batch
 from tests.reference import load_events, scalar_series
 
 
 def test_is_a_tf_keras_optimizer():
     wrapper = keras_gradmon.GradientMonitorOptimizer(tf.keras.optimizers.Adam(1e-3))
-    assert isinstance(wrapper, LegacyGradientMonitorOptimizer)
+    assert isinstance(wrapper, TfKerasGradientMonitorOptimizer)
     assert isinstance(wrapper, tf.keras.optimizers.Optimizer)
     assert float(wrapper.learning_rate) == pytest.approx(1e-3)
 
 
 def test_rejects_a_non_optimizer():
     with pytest.raises(ValueError, match="inner_optimizer"):
-        LegacyGradientMonitorOptimizer("adam")
+        TfKerasGradientMonitorOptimizer("adam")
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])

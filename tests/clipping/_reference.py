@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from keras_gradmon.clipping import GlobalNorm
 from tests.conftest import compile_fn
 
 
@@ -16,9 +17,22 @@ def initial_state(rule) -> dict[str, tf.Tensor]:
     }
 
 
+def given_norm(norm) -> GlobalNorm:
+    """A `GlobalNorm` of the given float32 value (its elements finite iff it
+    is): what the rules read, for tests that feed a sequence of norms."""
+    norm = tf.cast(norm, tf.float32)
+    return GlobalNorm(norm, tf.cast(norm, tf.float64), tf.math.is_finite(norm))
+
+
+def clipped(rule, grads, weights, norm, state):
+    """`rule.clip` with a given norm, as `(grads, new state)`."""
+    result = rule.clip(grads, weights, given_norm(norm), state)
+    return result.grads, result.state
+
+
 def compiled_clip(rule, mode):
-    """`rule.clip` run eagerly, in tf.function or under XLA (see `mode`)."""
-    return compile_fn(lambda g, w, n, s: rule.clip(g, w, n, s), mode)
+    """`clipped` run eagerly, in tf.function or under XLA (see `mode`)."""
+    return compile_fn(lambda g, w, n, s: clipped(rule, g, w, n, s), mode)
 
 
 def global_norm64(grads) -> float:

@@ -87,7 +87,7 @@ def test_clip_is_pure_given_variable_values(rule):
     @tf.function(jit_compile=True, autograph=False)
     def step(g):
         values = {name: v.read_value() for name, v in variables.items()}
-        return rule.clip([g], [g * 3.0], tf.norm(g), values)
+        return ref.clipped(rule, [g], [g * 3.0], tf.norm(g), values)
 
     _, new_state = step(tf.constant([3.0, 4.0]))
     for name, v in variables.items():

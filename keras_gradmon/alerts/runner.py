@@ -13,8 +13,7 @@ from keras_gradmon import distribute
 from keras_gradmon.alerts import CRITICAL, TIERS, WARNING, Alert, AlertEngine
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.limiter import RateLimiter
-from keras_gradmon.recorders.monitor_writer import find_monitored
-from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, check_log_dir
 from keras_gradmon.state import NO_STEP, Snapshot
 from keras_gradmon.tags import GLOBAL, tag
 
@@ -121,6 +120,11 @@ class AlertDelivery:
         self.tag_scope = tag_scope
         self.stop_requested = False
 
+    def close(self) -> None:
+        """Closes the event file of the flags (a later write reopens it)."""
+        if self.recorder is not None:
+            self.recorder.close()
+
     def deliver(self, step: int, alerts: list[Alert], engine: AlertEngine) -> None:
         """Logs, records and acts on the `alerts` `engine` raised at `step`.
 
@@ -206,20 +210,32 @@ class AlertChecker:
         cooldown_steps: int = 0,
         max_per_rule: int | None = None,
     ) -> None:
+        engine, delivery = alerting(
+            rules, actions, log_dir, writer, jsonl_path, cooldown_steps, max_per_rule
+        )
+        self._attach(optimizer, engine, delivery)
+
+    @classmethod
+    def from_parts(
+        cls, optimizer: Any, engine: AlertEngine, delivery: AlertDelivery
+    ) -> AlertChecker:
+        """A checker of `optimizer` with an engine and a delivery made (and
+        validated) beforehand, by `alerting`."""
+        checker = cls.__new__(cls)
+        checker._attach(optimizer, engine, delivery)
+        return checker
+
+    def _attach(
+        self, optimizer: Any, engine: AlertEngine, delivery: AlertDelivery
+    ) -> None:
+        from keras_gradmon.adapters.base import find_monitored
+
         self.optimizer = find_monitored(optimizer)
-        self.engine = AlertEngine(
-            rules, RateLimiter(cooldown_steps=cooldown_steps, max_per_rule=max_per_rule)
-        )
-        self.delivery = AlertDelivery(
-            actions,
-            log_dir=log_dir,
-            writer=writer,
-            jsonl_path=jsonl_path,
-            tag_scope=self.optimizer.monitor.config.tag_scope,
-            writes=lambda: distribute.writes_summaries(
-                self.optimizer.monitor.state.stats_step
-            ),
-        )
+        monitor = self.optimizer.monitor
+        self.engine = engine
+        self.delivery = delivery
+        delivery.tag_scope = monitor.config.tag_scope
+        delivery.writes = lambda: distribute.writes_summaries(monitor.state.stats_step)
         #: The step of the last summary the rules saw.
         self.checked_step = NO_STEP
 
@@ -250,3 +266,30 @@ class AlertChecker:
         alerts = self.engine.update(snapshot.step, summary_metrics(snapshot))
         self.delivery.deliver(snapshot.step, alerts, self.engine)
         return alerts
+
+
+def alerting(
+    rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
+    actions: Mapping[str, Action] | None = None,
+    log_dir: str | None = None,
+    writer: Any = None,
+    jsonl_path: str | None = None,
+    cooldown_steps: int = 0,
+    max_per_rule: int | None = None,
+) -> tuple[AlertEngine, AlertDelivery]:
+    """The engine and the delivery of an alert checker, every argument
+    checked (so that callbacks fail at construction, not at `fit`)."""
+    engine = AlertEngine(
+        rules, RateLimiter(cooldown_steps=cooldown_steps, max_per_rule=max_per_rule)
+    )
+    if log_dir is not None and writer is not None:
+        raise ValueError(
+            "Pass at most one of `log_dir` and `writer`. Received: "
+            f"log_dir={log_dir!r}, writer={writer!r}"
+        )
+    if jsonl_path is not None:
+        check_log_dir("jsonl_path", jsonl_path)
+    delivery = AlertDelivery(
+        actions, log_dir=log_dir, writer=writer, jsonl_path=jsonl_path
+    )
+    return engine, delivery

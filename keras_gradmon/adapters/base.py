@@ -1,0 +1,199 @@
+"""What every adapter shares, written once: delegation to the inner optimizer,
+the options a wrapper is built from, and reading back what it recorded."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import tensorflow as tf
+
+from keras_gradmon import distribute
+from keras_gradmon.config import MonitorConfig
+from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.state import HistogramSnapshot, Snapshot
+
+_NOT_A_SCOPE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+def forwarded(name: str, writable: bool = False, doc: str | None = None) -> property:
+    """A property that reads `self.inner_optimizer.<name>` (and, if
+    `writable`, assigns it there). Read-only ones accept the assignments
+    a base class makes while the wrapper is being constructed, before
+    `inner_optimizer` exists, and refuse them afterwards.
+
+    Example:
+
+    >>> class Wrapper:
+    ...     learning_rate = forwarded("learning_rate", writable=True)
+    """
+
+    def get(self: Any) -> Any:
+        inner = self.__dict__.get("inner_optimizer")
+        return None if inner is None else getattr(inner, name)
+
+    def set(self: Any, value: Any) -> None:
+        inner = self.__dict__.get("inner_optimizer")
+        if inner is None:  # a base constructor's default: nothing to pass on
+            return
+        if not writable:
+            raise AttributeError(
+                f"`{name}` of {type(self).__name__} is its inner optimizer's "
+                f"and is read-only here: set it on `inner_optimizer`. "
+                f"Received: {name}={value!r}"
+            )
+        setattr(inner, name, value)
+
+    return property(get, set, doc=doc or f"The inner optimizer's `{name}`.")
+
+
+def resolve_config(
+    config: MonitorConfig | Mapping[str, Any] | None,
+    options: Mapping[str, Any],
+    name: str | None,
+) -> MonitorConfig:
+    """The config of a wrapper: `config` with `options` on top, and, when the
+    user named the wrapper but gave no `tag_scope`, the name as tag scope
+    (characters a tag scope cannot hold become '_'), so that an actor's and a
+    critic's tags never collide.
+
+    Example:
+
+    >>> resolve_config(None, {}, name="actor").tag_scope
+    'actor'
+    """
+    resolved = MonitorConfig.resolve(config, options)
+    if name is None or resolved.tag_scope is not None or "tag_scope" in options:
+        return resolved
+    if not isinstance(name, str) or not name:
+        raise ValueError(
+            f"`name` must be a non-empty string or None. Received: name={name!r}"
+        )
+    return resolved.replace(tag_scope=_NOT_A_SCOPE.sub("_", name))
+
+
+def find_monitor(optimizer: Any) -> GradientMonitor | None:
+    """The `GradientMonitor` of `optimizer` or of an optimizer it wraps."""
+    current = optimizer
+    for _ in range(8):
+        monitor = getattr(current, "monitor", None)
+        if isinstance(monitor, GradientMonitor):
+            return monitor
+        current = getattr(current, "inner_optimizer", None) or getattr(
+            current, "_optimizer", None
+        )
+        if current is None:
+            return None
+    return None
+
+
+def check_not_monitored(optimizer: Any) -> None:
+    """Refuses to wrap an optimizer that already holds a monitor: both would
+    record the same statistics, and clip twice."""
+    if find_monitor(optimizer) is not None:
+        raise ValueError(
+            "`optimizer` is already monitored by keras_gradmon (a "
+            "GradientMonitorOptimizer, possibly inside another wrapper). Wrap "
+            "the plain optimizer once, and pass every monitor option to that "
+            "one wrapper. Received: "
+            f"optimizer={optimizer!r}"
+        )
+
+
+def make_tf_variable(
+    name: str, shape: tuple, dtype: str, initial: float
+) -> tf.Variable:
+    """A non-trainable `tf.Variable`, one copy per replica under a strategy
+    (see `keras_gradmon.distribute`)."""
+    return tf.Variable(
+        tf.fill(shape, tf.cast(initial, dtype)),
+        trainable=False,
+        name=name,
+        synchronization=distribute.SYNCHRONIZATION,
+        aggregation=distribute.AGGREGATION,
+    )
+
+
+def check_step(step: Any) -> tf.Variable | None:
+    """`step` if it is None or an integer `tf.Variable`."""
+    if step is not None and not (
+        isinstance(step, tf.Variable) and step.dtype.is_integer
+    ):
+        raise ValueError(
+            "`step` must be an integer tf.Variable (such as "
+            f"`agent.train_step_counter`) or None. Received: step={step!r}"
+        )
+    return step
+
+
+def present_rows(grads: list[Any], indices: list[int]) -> set[int]:
+    """The rows of the variables that have a gradient (known at trace time)."""
+    return {i for g, i in zip(grads, indices) if g is not None}
+
+
+class MonitoredOptimizer:
+    """What every wrapper offers: its `monitor`, its options, and reading back
+    what it recorded."""
+
+    monitor: GradientMonitor
+
+    @property
+    def monitor_config(self) -> MonitorConfig:
+        """The monitor's options."""
+        return self.monitor.config
+
+    def snapshot(self) -> Snapshot:
+        """The latest recorded scalar statistics, as NumPy data.
+
+        Example:
+
+        >>> optimizer.snapshot().totals["grad_norm"]  # doctest: +SKIP
+        0.8123
+        """
+        self._check_monitor_built()
+        return self.monitor.snapshot()
+
+    def histogram_snapshot(self) -> HistogramSnapshot | None:
+        """The latest recorded histograms, or None if histograms are off."""
+        self._check_monitor_built()
+        return self.monitor.histogram_snapshot()
+
+    def _check_monitor_built(self) -> None:
+        if not self.monitor.built:
+            raise ValueError(
+                f"{type(self).__name__} {self._monitor_name()!r} has recorded "
+                "nothing yet: it is built on the first train step (or by "
+                "`optimizer.build(variables)`)."
+            )
+
+    def _monitor_name(self) -> str:
+        name = getattr(self, "name", None)
+        return name if isinstance(name, str) else type(self).__name__
+
+
+def find_monitored(optimizer: Any) -> MonitoredOptimizer:
+    """The monitored wrapper in `optimizer` or among its inner optimizers.
+
+    Raises:
+        ValueError: If there is none, or if a `LossScaleOptimizer` wraps it
+            (the monitor must wrap the loss scaler, see `loss_scale`).
+    """
+    from keras_gradmon import loss_scale
+
+    current = optimizer
+    for _ in range(8):
+        if isinstance(current, MonitoredOptimizer):
+            return current
+        if loss_scale.is_loss_scaler(current):
+            inner = getattr(current, "inner_optimizer", None)
+            if isinstance(inner, MonitoredOptimizer):
+                raise loss_scale.wrapped_monitor_error(optimizer)
+        current = getattr(current, "inner_optimizer", None)
+        if current is None:
+            break
+    raise ValueError(
+        "Expected an optimizer monitored by keras_gradmon (from "
+        "`keras_gradmon.wrap` or `GradientMonitorOptimizer`), or an "
+        f"optimizer wrapping one. Received: optimizer={optimizer!r}"
+    )

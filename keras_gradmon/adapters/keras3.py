@@ -1,0 +1,289 @@
+"""`GradientMonitorOptimizer`: the adapter for Keras 3 optimizers.
+
+A `keras.optimizers.Optimizer` that measures (and clips) the gradients inside
+the compiled train step, then hands them to the optimizer it wraps, built in
+the style of Keras's own `LossScaleOptimizer`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+
+from keras_gradmon import distribute, loss_scale
+from keras_gradmon.adapters.base import (
+    MonitoredOptimizer,
+    check_not_monitored,
+    forwarded,
+    resolve_config,
+)
+from keras_gradmon.config import MonitorConfig
+from keras_gradmon.monitor import GradientMonitor
+
+
+def _check_tensorflow_backend() -> None:
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "GradientMonitorOptimizer needs the TensorFlow backend of Keras. "
+            f"Received: KERAS_BACKEND={keras.backend.backend()!r}"
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_gradmon")
+class GradientMonitorOptimizer(MonitoredOptimizer, keras.optimizers.Optimizer):
+    """Wraps an optimizer and records gradient statistics inside the step.
+
+    On summary steps (see `MonitorConfig.every_n_steps`) it computes, inside
+    the train step and under XLA too, per-variable gradient and weight
+    statistics, group norms and the global norm, and stores them in its own
+    non-trainable variables; on other steps it adds one graph conditional.
+    Then it calls the inner optimizer with the same gradients (clipped, if
+    configured). `GradientSummaryCallback` (or `keras_gradmon.write_summaries`)
+    writes the recorded numbers to TensorBoard.
+
+    Given a tf_keras or a `tf.compat.v1.train` optimizer, the constructor
+    returns the wrapper of that kind (see `keras_gradmon.wrap`).
+
+    Under `tf.distribute` it measures and clips the gradient that is applied:
+    the sum over replicas, formed once, here. For mixed_float16, wrap the
+    loss scaler: `GradientMonitorOptimizer(keras.optimizers.LossScaleOptimizer(
+    inner))`, compiled with `auto_scale_loss=False` (docs/distributed.md).
+
+    Args:
+        inner_optimizer: The optimizer to wrap.
+        config: A `MonitorConfig` (or a dict of its options).
+        name: The optimizer's name; also the default `tag_scope`, so that
+            several named wrappers in one run never share tags.
+        **options: `MonitorConfig` options, overriding those of `config`.
+
+    Example:
+
+    ```python
+    optimizer = keras_gradmon.GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-3), every_n_steps=10, groups={"head": "dense_2"}
+    )
+    model.compile(optimizer=optimizer, loss="mse", jit_compile=True)
+    model.fit(x, y, callbacks=[keras_gradmon.GradientSummaryCallback("logs")])
+    ```
+    """
+
+    def __new__(cls, inner_optimizer: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if cls is GradientMonitorOptimizer and not isinstance(
+            inner_optimizer, keras.optimizers.Optimizer
+        ):
+            from keras_gradmon.adapters import wrap
+            from keras_gradmon.adapters.kinds import kind_of, unsupported_error
+
+            if kind_of(inner_optimizer) is None:
+                raise unsupported_error(inner_optimizer, "inner_optimizer")
+            return wrap(inner_optimizer, *args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        inner_optimizer: keras.optimizers.Optimizer,
+        config: MonitorConfig | dict | None = None,
+        name: str | None = None,
+        **options: Any,
+    ) -> None:
+        _check_tensorflow_backend()
+        check_not_monitored(inner_optimizer)
+        monitor_config = resolve_config(config, options, name)
+        super().__init__(learning_rate=0.0, name=name)
+        self.inner_optimizer = inner_optimizer
+        self.monitor = GradientMonitor(
+            monitor_config, loss_scaled=loss_scale.is_loss_scaler(inner_optimizer)
+        )
+
+    def _make_variable(
+        self, name: str, shape: tuple, dtype: str, initial: float
+    ) -> Any:
+        # `add_variable` without its fixed synchronization: one copy per
+        # replica, written without synchronizing (keras_gradmon.distribute).
+        with keras.name_scope(self.name, caller=self):
+            variable = keras.Variable(
+                initializer=keras.initializers.Constant(initial),
+                shape=shape,
+                dtype=dtype,
+                trainable=False,
+                aggregation="only_first_replica",
+                synchronization="on_read",
+                name=name,
+            )
+        self._track_variable(variable)
+        return variable
+
+    def build(self, var_list: list) -> None:
+        self.monitor.build(var_list, self._make_variable)
+        self.inner_optimizer.build(var_list)
+        super().build(var_list)
+
+    # Delegation, as keras.optimizers.LossScaleOptimizer does ------------------
+
+    learning_rate = forwarded("learning_rate", writable=True)
+    iterations = forwarded("iterations")
+    clipnorm = forwarded("clipnorm")
+    clipvalue = forwarded("clipvalue")
+    global_clipnorm = forwarded("global_clipnorm")
+    use_ema = forwarded("use_ema")
+    gradient_accumulation_steps = forwarded("gradient_accumulation_steps")
+
+    @property
+    def variables(self) -> list:
+        return self._variables + self.inner_optimizer.variables
+
+    def set_weights(self, weights: list) -> None:
+        """Sets this wrapper's and the inner optimizer's variables, in the
+        order of `get_weights()` (`variables`)."""
+        if not self.built:
+            raise ValueError(
+                "You are calling `set_weights()` on an optimizer that has not "
+                "yet been built. Call `optimizer.build(trainable_variables)` "
+                "first."
+            )
+        variables = self.variables
+        if len(weights) != len(variables):
+            raise ValueError(
+                f"`weights` must hold {len(variables)} arrays (this wrapper's "
+                "and its inner optimizer's variables, as `get_weights()` "
+                f"returns them). Received: {len(weights)} arrays"
+            )
+        for variable, weight in zip(variables, weights):
+            if tuple(variable.shape) != tuple(weight.shape):
+                raise ValueError(
+                    f"Optimizer variable {variable.path} has shape "
+                    f"{variable.shape}, not compatible with the provided "
+                    f"weight shape {weight.shape}."
+                )
+            variable.assign(weight)
+
+    def exclude_from_weight_decay(
+        self, var_list: list | None = None, var_names: list | None = None
+    ) -> None:
+        """Passed on to the inner optimizer, which applies the decay."""
+        self.inner_optimizer.exclude_from_weight_decay(
+            var_list=var_list, var_names=var_names
+        )
+
+    @property
+    def loss_scale_factor(self) -> float | None:
+        """The inner optimizer's: the monitor never scales the loss itself."""
+        inner = self.__dict__.get("inner_optimizer")
+        return None if inner is None else inner.loss_scale_factor
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Keras's tracking skips an assignment of the value an attribute
+        # already reads, and a LossScaleOptimizer wrapped around the monitor
+        # assigns None, which it may read: handled here, never skipped.
+        if name == "loss_scale_factor":
+            self._set_loss_scale_factor(value)
+            return
+        super().__setattr__(name, value)
+
+    def _set_loss_scale_factor(self, value: float | None) -> None:
+        inner = self.__dict__.get("inner_optimizer")
+        if inner is None:  # the base constructor: nothing to pass on yet
+            return
+        if loss_scale.is_loss_scaler(inner):
+            raise loss_scale.double_scaling_error(self.name, value)
+        inner.loss_scale_factor = value
+
+    def scale_loss(self, loss: Any) -> Any:
+        return self.inner_optimizer.scale_loss(loss)
+
+    def finalize_variable_values(self, var_list: list) -> None:
+        self.inner_optimizer.finalize_variable_values(var_list)
+
+    # The step --------------------------------------------------------------
+
+    def apply(self, grads: list, trainable_variables: list | None = None) -> None:
+        """Measures (and clips) the gradients, then applies them with the
+        inner optimizer (see the class docstring)."""
+        grads = list(grads)
+        if grads and all(g is None for g in grads):
+            raise ValueError("No gradients provided for any variable.")
+        variables = self._resolve_variables(trainable_variables)
+        indices = [self._get_variable_index(v) for v in variables]
+        summed = distribute.all_reduce_sum(grads)
+        with keras.name_scope(self.name, caller=self):
+            handed_on, apply = self._monitored(summed, indices)
+        inner = self.inner_optimizer
+        with distribute.keras_reduction_disabled(inner):
+            if apply is True:
+                inner.apply(handed_on, variables)
+            else:
+                distribute.apply_if(apply, inner.apply, (handed_on, variables))
+
+    def _resolve_variables(self, trainable_variables: list | None) -> list:
+        if trainable_variables is None:
+            if not self.built:
+                raise ValueError(
+                    "When passing `grads` without `trainable_variables`, the "
+                    "optimizer must already be built. Call "
+                    "`optimizer.build(trainable_variables)` first."
+                )
+            return list(self._trainable_variables)
+        variables = list(trainable_variables)
+        if not self.built:
+            with keras.name_scope(self.name, caller=self):
+                self.build(variables)
+            self.built = True
+        return variables
+
+    def _monitored(self, summed: list, indices: list) -> tuple[list, Any]:
+        """`(gradients for the inner optimizer, whether to apply them)`.
+
+        The statistics are of the unscaled gradients when the inner
+        optimizer scales the loss; a `LossScaleOptimizer` inside decides the
+        skips itself, by its own test on exactly what it will be given.
+        """
+        inner, monitor = self.inner_optimizer, self.monitor
+        scale = loss_scale.current_scale(inner)
+        measured = loss_scale.unscale(summed, scale)
+        if not loss_scale.is_loss_scaler(inner):
+            done = monitor.process(self.iterations, measured, indices)
+            return self._handed_on(summed, done.grads, scale), done.apply
+        outcome = monitor.clip(measured, indices)
+        handed_on = self._handed_on(summed, outcome and outcome.grads, scale)
+        verdict = loss_scale.will_apply(inner, handed_on)
+        monitor.count_skipped(verdict)
+        monitor.measure(
+            self.iterations, measured, indices, outcome, verdict, loss_scale=scale
+        )
+        return handed_on, True
+
+    def _handed_on(self, summed: list, clipped: list | None, scale: Any) -> list:
+        """The summed gradients themselves unless clipping changed them,
+        then the clipped ones, scaled back."""
+        if self.monitor.clip_rule is None or clipped is None:
+            return summed
+        return loss_scale.rescale(clipped, scale, like=summed)
+
+    # Serialization ---------------------------------------------------------
+
+    def get_config(self) -> dict:
+        # Only our own arguments: the base optimizer's are the inner one's.
+        return {
+            "name": self.name,
+            "inner_optimizer": keras.saving.serialize_keras_object(
+                self.inner_optimizer
+            ),
+            "config": self.monitor.config.to_serializable_dict(),
+        }
+
+    @classmethod
+    def from_config(
+        cls, config: dict, custom_objects: Any = None
+    ) -> GradientMonitorOptimizer:
+        config = dict(config)
+        options = config.pop("config", None) or {}
+        # The saved scope as saved: a name Keras made up is not a scope.
+        scope = options.get("tag_scope")
+        inner = keras.saving.deserialize_keras_object(
+            config.pop("inner_optimizer"), custom_objects=custom_objects
+        )
+        return cls(inner, config=options, tag_scope=scope, **config)
+
+
+__all__ = ["GradientMonitorOptimizer"]

@@ -1,0 +1,192 @@
+"""`V1GradientMonitorOptimizer`: the adapter for `tf.compat.v1.train`
+optimizers, which tf-agents' own training examples pass to their agents
+(`tf.compat.v1.train.AdamOptimizer(learning_rate=...)`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import tensorflow as tf
+
+from keras_gradmon import distribute
+from keras_gradmon.adapters.base import (
+    MonitoredOptimizer,
+    check_not_monitored,
+    check_step,
+    make_tf_variable,
+    present_rows,
+    resolve_config,
+)
+from keras_gradmon.adapters.kinds import unsupported_error
+from keras_gradmon.config import MonitorConfig
+from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.recorders.graph_writer import write_recorded
+
+_V1_BASE = tf.compat.v1.train.Optimizer
+
+
+def is_v1_optimizer(optimizer: Any) -> bool:
+    """Whether `optimizer` is a `tf.compat.v1.train.Optimizer`."""
+    return isinstance(optimizer, _V1_BASE)
+
+
+class V1GradientMonitorOptimizer(MonitoredOptimizer, _V1_BASE):
+    """Wraps a `tf.compat.v1.train` optimizer and records gradient statistics.
+
+    It is itself a `tf.compat.v1.train.Optimizer` (`apply_gradients(
+    grads_and_vars, global_step=None, name=None)`, `minimize`,
+    `compute_gradients`, `get_slot`, `get_slot_names`, `variables()`), so it
+    goes wherever the inner one goes: eagerly, in `tf.function` /
+    `common.function`, and under XLA where the inner optimizer compiles.
+    It measures the gradients, clips if configured, skips non-finite steps
+    with `skip_nonfinite`, then calls the inner `apply_gradients`. Under
+    `with writer.as_default():` (outside XLA) it writes what it recorded.
+    `tf.train.Checkpoint` holds the inner optimizer's slots and the
+    monitor's state.
+
+    The step the statistics are recorded against is `global_step` when
+    `apply_gradients` gets one, else `step=`, else the wrapper's own count
+    of `apply_gradients` calls.
+
+    Args:
+        inner_optimizer: The `tf.compat.v1.train.Optimizer` to wrap.
+        config: A `MonitorConfig` (or a dict of its options).
+        name: The optimizer's name; also the default `tag_scope`.
+        step: An integer `tf.Variable` to record against (e.g. the agent's
+            `train_step_counter`), used when no `global_step` is passed.
+        **options: `MonitorConfig` options, overriding those of `config`.
+
+    Example:
+
+    ```python
+    optimizer = keras_gradmon.wrap(
+        tf.compat.v1.train.AdamOptimizer(1e-3), every_n_steps=100, step=counter)
+    agent = dqn_agent.DqnAgent(..., optimizer=optimizer,
+                               train_step_counter=counter)
+    ```
+    """
+
+    def __init__(
+        self,
+        inner_optimizer: Any,
+        config: MonitorConfig | dict | None = None,
+        name: str | None = None,
+        step: tf.Variable | None = None,
+        **options: Any,
+    ) -> None:
+        if not is_v1_optimizer(inner_optimizer):
+            raise unsupported_error(inner_optimizer, "inner_optimizer")
+        check_not_monitored(inner_optimizer)
+        monitor_config = resolve_config(config, options, name)
+        super().__init__(use_locking=False, name=name or "GradientMonitorOptimizer")
+        self.inner_optimizer = inner_optimizer
+        self._track_trackable(inner_optimizer, "inner_optimizer")
+        self.monitor = GradientMonitor(monitor_config)
+        self._step = check_step(step)
+        self._counter: tf.Variable | None = None
+        self._monitor_variables: list[tf.Variable] = []
+        self._rows: dict[Any, int] = {}
+
+    @property
+    def name(self) -> str:
+        return self.get_name()
+
+    def _make_variable(
+        self, name: str, shape: tuple, dtype: str, initial: float
+    ) -> tf.Variable:
+        variable = make_tf_variable(f"{self.get_name()}/{name}", shape, dtype, initial)
+        self._track_trackable(variable, name)
+        self._monitor_variables.append(variable)
+        return variable
+
+    def _build(self, variables: list[tf.Variable]) -> None:
+        if self.monitor.built:
+            return
+        with tf.init_scope():
+            self.monitor.build(variables, self._make_variable)
+            if self._step is None:
+                self._counter = self._make_variable("apply_count", (), "int64", 0)
+        self._rows.update({v.ref(): i for i, v in enumerate(variables)})
+
+    def compute_gradients(self, loss: Any, var_list: Any = None, **kwargs: Any) -> list:
+        """The inner optimizer's `compute_gradients`."""
+        return self.inner_optimizer.compute_gradients(loss, var_list=var_list, **kwargs)
+
+    def apply_gradients(
+        self, grads_and_vars: Iterable, global_step: Any = None, name: str | None = None
+    ) -> Any:
+        """Measures (and clips) the gradients, then applies them with the
+        inner optimizer; returns what it returns (or, with `skip_nonfinite`,
+        a tensor whose evaluation runs the conditional update)."""
+        if distribute.replicas_in_sync() > 1:
+            raise NotImplementedError(
+                "tf.compat.v1.train optimizers sum the replicas' gradients "
+                "inside `apply_gradients`, so keras_gradmon cannot measure the "
+                "summed gradient there. Under a multi-replica strategy, wrap a "
+                "Keras or tf_keras optimizer instead. Received: "
+                f"inner_optimizer={self.inner_optimizer!r}"
+            )
+        pairs = list(grads_and_vars)
+        grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
+        self._build(variables)
+        indices = [self._row(v) for v in variables]
+        step = tf.cast(tf.convert_to_tensor(self._step_source(global_step)), tf.int64)
+        with tf.name_scope(self.get_name()):
+            done = self.monitor.process(step, grads, indices)
+            present = present_rows(grads, indices)
+            write_recorded(self.monitor, step, done.due, present, self.get_name())
+
+        def apply() -> Any:
+            updates = list(zip(done.grads, variables))
+            return self.inner_optimizer.apply_gradients(updates, global_step, name)
+
+        if done.apply is True:
+            result = apply()
+        else:
+            result = tf.cond(
+                done.apply, lambda: _ran(apply), lambda: tf.constant(False)
+            )
+        if self._counter is None:
+            return result
+        with tf.control_dependencies([] if result is None else [result]):
+            return self._counter.assign_add(1)
+
+    def _step_source(self, global_step: Any) -> Any:
+        if global_step is not None:
+            return global_step
+        return self._step if self._step is not None else self._counter
+
+    def _row(self, variable: tf.Variable) -> int:
+        if variable.ref() not in self._rows:
+            raise ValueError(
+                f"{type(self).__name__} {self.get_name()!r} was built for the "
+                "variables of its first `apply_gradients` call and got another "
+                f"one: variable={variable.name!r}. Use one wrapper per variable set."
+            )
+        return self._rows[variable.ref()]
+
+    # Delegation to the inner optimizer -----------------------------------------
+
+    def get_slot(self, var: tf.Variable, name: str) -> tf.Variable | None:
+        """The inner optimizer's slot `name` of `var`."""
+        return self.inner_optimizer.get_slot(var, name)
+
+    def get_slot_names(self) -> list[str]:
+        """The inner optimizer's slot names."""
+        return self.inner_optimizer.get_slot_names()
+
+    def variables(self) -> list[tf.Variable]:
+        """The monitor's variables, then the inner optimizer's."""
+        return list(self._monitor_variables) + list(self.inner_optimizer.variables())
+
+    def __dir__(self) -> list[str]:
+        # TensorFlow's checkpointing finds slot owners by
+        # `"get_slot_names" in dir(obj)`; the inner optimizer (a child of
+        # this one) owns the slots, and listing them twice is an error.
+        return [n for n in super().__dir__() if n != "get_slot_names"]
+
+
+def _ran(fn: Any) -> tf.Tensor:
+    fn()
+    return tf.constant(True)

@@ -1,0 +1,65 @@
+"""Graph-building helpers the in-step code shares: where ops are being traced
+(XLA or not), and a conditional whose untaken branch costs nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+
+def in_xla_context() -> bool:
+    """Whether ops are being traced into an XLA-compiled function."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - private module moved
+        return False
+    graph = tf.compat.v1.get_default_graph()
+    return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+
+
+def gate(
+    pred: tf.Tensor,
+    true_fn: Callable[[], Any],
+    false_fn: Callable[[], Any],
+) -> Any:
+    """`tf.cond` whose untaken branch costs nothing in a (non-XLA) graph.
+
+    In a `tf.function` without XLA, TensorFlow lowers `tf.cond` to
+    Switch/Merge, and the executor then visits every op of the untaken
+    branch on every step (dead tensors flow through them): with the
+    statistics of every variable in the branch, that measured 0.2 ms a step.
+    Kept as a functional conditional, only the taken branch runs. Under XLA
+    and eagerly, plain `tf.cond` already behaves so.
+
+    Example:
+
+    >>> float(gate(tf.constant(True), lambda: tf.constant(1.0),
+    ...            lambda: tf.constant(0.0)))
+    1.0
+    """
+    if tf.executing_eagerly() or in_xla_context():
+        return tf.cond(pred, true_fn, false_fn)
+    try:
+        from tensorflow.python.ops import cond_v2
+    except ImportError:  # pragma: no cover - private module moved
+        return tf.cond(pred, true_fn, false_fn)
+    return cond_v2.indexed_case(
+        tf.cast(pred, tf.int32), [false_fn, true_fn], lower_using_switch_merge=False
+    )
+
+
+def run_if(pred: tf.Tensor | bool, fn: Callable[[], None]) -> None:
+    """Runs `fn`'s ops where `pred` holds: a bool tensor, or a Python bool
+    known when tracing (True: ungated; False: nothing is built)."""
+    if isinstance(pred, bool):
+        if pred:
+            fn()
+        return
+
+    def taken() -> tf.Tensor:
+        fn()
+        return tf.constant(True)
+
+    gate(pred, taken, lambda: tf.constant(False))

@@ -1,0 +1,162 @@
+"""`MonitorWriter`: hands a monitor's fresh statistics to its recorders, once
+each; `write_summaries`, the one call a custom training loop needs."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from keras_gradmon import distribute
+from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.recorders import claims
+from keras_gradmon.recorders.base import Recorder
+from keras_gradmon.recorders.buckets import histogram_rows
+from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+from keras_gradmon.state import NO_STEP, HistogramSnapshot, Snapshot
+
+
+def histogram_values(monitor: GradientMonitor, snapshot: HistogramSnapshot) -> dict:
+    """`{tag: [k, 3] rows}` of every histogram in `snapshot` (gradient
+    histograms of variables that had a gradient at that step)."""
+    out = {}
+    for entry in monitor.tags.histograms:
+        row = entry.row
+        if entry.kind == "grad" and snapshot.has_grad[row]:
+            out[entry.tag] = histogram_rows(
+                snapshot.grad_counts[row], snapshot.grad_range[row]
+            )
+        elif entry.kind == "weight":
+            out[entry.tag] = histogram_rows(
+                snapshot.weight_counts[row], snapshot.weight_range[row]
+            )
+    return out
+
+
+class MonitorWriter:
+    """Writes what a `GradientMonitor` recorded to `recorders`, skipping what
+    was already written.
+
+    Under a multi-worker strategy only the chief writes (TensorFlow's
+    `strategy.extended.should_save_summary`); the other workers read the
+    same numbers (`latest`, for Keras logs and alerts) and write nothing.
+
+    Args:
+        monitor: The monitor (a wrapper's `.monitor`).
+        recorders: Where to write.
+        label: How errors name the monitored optimizer.
+
+    Example:
+
+    >>> writer = MonitorWriter(optimizer.monitor, [TensorBoardRecorder("logs")])
+    >>> writer.write()  # after a train step  # doctest: +SKIP
+    True
+    """
+
+    def __init__(
+        self, monitor: GradientMonitor, recorders: Sequence[Recorder], label: str = ""
+    ) -> None:
+        self.monitor = monitor
+        self.recorders = list(recorders)
+        self.label = label or "optimizer"
+        self.written_stats_step = NO_STEP
+        self.written_hist_step = NO_STEP
+        self.latest: Snapshot | None = None
+        self._claimed = False
+
+    @property
+    def writes(self) -> bool:
+        """Whether this process writes (False on non-chief workers)."""
+        return distribute.writes_summaries(self.monitor.state.stats_step)
+
+    def _claim(self) -> None:
+        if self._claimed:
+            return
+        scope = self.monitor.config.tag_scope
+        for recorder in self.recorders:
+            if recorder.destination is not None:
+                claims.claim(recorder.destination, scope, self.monitor, self.label)
+        self._claimed = True
+
+    def write(self) -> bool:
+        """Writes fresh scalars and histograms; returns whether there were
+        any (on a non-chief worker: whether there were any to write)."""
+        if not self.monitor.built:
+            return False
+        self._claim()
+        stats_step, hist_step = self.monitor.state.steps()
+        fresh_stats = stats_step not in (NO_STEP, self.written_stats_step)
+        fresh_hist = hist_step not in (NO_STEP, self.written_hist_step)
+        writes = self.writes
+        if fresh_stats:
+            self._write_scalars(self.monitor.snapshot(), writes)
+        if fresh_hist:
+            histograms = self.monitor.histogram_snapshot()
+            if writes:
+                values = histogram_values(self.monitor, histograms)
+                for recorder in self.recorders:
+                    recorder.write_histograms(values, histograms.step)
+            self.written_hist_step = histograms.step
+        return fresh_stats or fresh_hist
+
+    def _write_scalars(self, snapshot: Snapshot, writes: bool) -> None:
+        if writes:
+            values = self.monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
+            for recorder in self.recorders:
+                recorder.write_scalars(values, snapshot.step)
+        self.written_stats_step = snapshot.step
+        self.latest = snapshot
+
+    def flush(self) -> None:
+        for recorder in self.recorders:
+            recorder.flush()
+
+    def close(self) -> None:
+        """Writes what is fresh, then closes every recorder."""
+        self.write()
+        for recorder in self.recorders:
+            recorder.close()
+
+
+_writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def write_summaries(optimizer: Any, writer: Any) -> bool:
+    """Writes the statistics `optimizer` recorded since the last call.
+
+    The one line a custom training loop needs after `apply_gradients`.
+    Statistics already written are not written again, so calling it every
+    step costs two small host reads on steps without fresh statistics.
+
+    Args:
+        optimizer: A monitored optimizer (any adapter), or an optimizer
+            wrapping one.
+        writer: A `tf.summary` writer (`tf.summary.create_file_writer(...)`)
+            or a log directory.
+
+    Returns:
+        Whether anything was written.
+
+    Example:
+
+    ```python
+    writer = tf.summary.create_file_writer("logs/train")
+    for x, y in dataset:
+        train_step(x, y)  # calls optimizer.apply_gradients(...)
+        keras_gradmon.write_summaries(optimizer, writer)
+    ```
+    """
+    from keras_gradmon.adapters.base import find_monitored
+
+    monitored = find_monitored(optimizer)
+    per_optimizer = _writers.setdefault(monitored.monitor, {})
+    key = writer if isinstance(writer, str) else id(writer)
+    if key not in per_optimizer:
+        recorder = (
+            TensorBoardRecorder(log_dir=writer)
+            if isinstance(writer, str)
+            else TensorBoardRecorder(writer=writer)
+        )
+        label = monitored._monitor_name()
+        per_optimizer[key] = MonitorWriter(monitored.monitor, [recorder], label)
+    return per_optimizer[key].write()

@@ -1,0 +1,178 @@
+"""`Schedule`: when is step N due? The one answer, for the graph and the host.
+
+A frequency is a positive int N (steps 0, N, 2N, ...) or a callable from the
+step to a boolean. The same `Schedule` gates the statistics inside the
+compiled train step (`due(step_tensor)`), tells the host callbacks after which
+batches a fresh summary can exist (`any_due(first, end)`), and decides when
+the activation monitor measures (`due(int)`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+#: Steps above this are rejected: the step is an int64 tensor in the graph.
+MAX_STEP = 2**63 - 1
+#: `any_due` evaluates a callable frequency step by step over at most this
+#: many steps; a longer range is answered "may be due" without evaluating.
+_CALLABLE_SCAN_LIMIT = 4096
+
+Frequency = int | Callable[[Any], Any]
+
+
+def _fail(name: str, requirement: str, value: object) -> ValueError:
+    return ValueError(f"`{name}` {requirement}. Received: {name}={value!r}")
+
+
+def _positional_arity_ok(fn: Callable) -> bool:
+    """Whether `fn` can be called with exactly one positional argument."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: try it
+        return True
+    try:
+        signature.bind(0)
+    except TypeError:
+        return False
+    return True
+
+
+def check_frequency(name: str, value: object) -> Frequency:
+    """Validates a frequency at construction and returns it.
+
+    An int must be in [1, 2**63 - 1]. A callable must take one argument (the
+    step) and, called on step 0, return a boolean (a Python bool or a bool
+    tensor): an int result such as `step % 10` would read as "due on every
+    step but the tenth", so it is refused instead of cast.
+
+    Example:
+
+    >>> check_frequency("every_n_steps", 10)
+    10
+    >>> check_frequency("every_n_steps", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: `every_n_steps` must be a positive integer (at most 2**63 - 1) \
+or a callable from the step to a boolean. Received: every_n_steps=0
+    """
+    requirement = (
+        "must be a positive integer (at most 2**63 - 1) or a callable from "
+        "the step to a boolean"
+    )
+    if callable(value):
+        if not _positional_arity_ok(value):
+            raise _fail(
+                name, "must be callable with exactly one argument (the step)", value
+            )
+        _check_callable_result(name, value)
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(name, requirement, value)
+    if not 1 <= value <= MAX_STEP:
+        raise _fail(name, requirement, value)
+    return value
+
+
+def _check_callable_result(name: str, fn: Callable) -> None:
+    import tensorflow as tf
+
+    try:
+        result = fn(tf.constant(0, tf.int64))
+    except Exception as error:  # the user's function: any failure is theirs
+        raise ValueError(
+            f"`{name}` raised {type(error).__name__}: {error} when called with "
+            f"step 0 (an int64 scalar tensor). Received: {name}={fn!r}"
+        ) from error
+    dtype = getattr(result, "dtype", None)
+    is_bool = isinstance(result, bool) or (dtype is not None and dtype == tf.bool)
+    if not is_bool:
+        raise ValueError(
+            f"`{name}` must return a boolean (a bool tensor such as "
+            f"`tf.equal(step % 10, 0)`), not {type(result).__name__}"
+            f"{f' of dtype {dtype.name}' if dtype is not None else ''}: an int "
+            f"result would be read as 'due whenever it is not 0'. Received: "
+            f"{name}={fn!r}"
+        )
+
+
+class Schedule:
+    """When a frequency is due, asked from the graph or from the host.
+
+    Args:
+        frequency: A positive int N (due on steps 0, N, 2N, ...) or a
+            callable from the step to a boolean, or None (never due).
+        name: The argument name used in error messages.
+
+    Example:
+
+    >>> schedule = Schedule(10)
+    >>> schedule.due(20), schedule.due(21)
+    (True, False)
+    >>> schedule.any_due(11, 20), schedule.any_due(11, 21)
+    (False, True)
+    """
+
+    def __init__(self, frequency: Frequency | None, name: str = "every_n_steps"):
+        self.frequency = None if frequency is None else check_frequency(name, frequency)
+        self.name = name
+
+    @property
+    def never(self) -> bool:
+        """Whether this schedule is never due (no frequency)."""
+        return self.frequency is None
+
+    @property
+    def always(self) -> bool:
+        """Whether every step is due (`frequency == 1`)."""
+        return self.frequency == 1
+
+    def due(self, step: Any) -> Any:
+        """Whether `step` is due: a bool tensor for a tensor step (traced into
+        the graph), a Python bool for a Python int."""
+        import tensorflow as tf
+
+        if isinstance(step, (tf.Tensor, tf.Variable)) or hasattr(step, "dtype"):
+            return self._graph_due(tf.cast(step, tf.int64))
+        step = int(step)
+        if self.frequency is None:
+            return False
+        if callable(self.frequency):
+            return bool(self.frequency(tf.constant(step, tf.int64)))
+        return step % self.frequency == 0
+
+    def _graph_due(self, step: Any) -> Any:
+        import tensorflow as tf
+
+        if self.frequency is None:
+            return tf.constant(False)
+        if callable(self.frequency):
+            result = self.frequency(step)
+            if getattr(result, "dtype", tf.bool) != tf.bool:
+                raise ValueError(
+                    f"`{self.name}` must return a boolean tensor. Received a "
+                    f"{result.dtype.name} tensor from {self.name}="
+                    f"{self.frequency!r}"
+                )
+            return tf.reshape(tf.convert_to_tensor(result, tf.bool), [])
+        return tf.equal(tf.math.floormod(step, self.frequency), 0)
+
+    def any_due(self, first: int, end: int) -> bool:
+        """Whether any step in `[first, end)` is due (host side, no device).
+
+        Example:
+
+        >>> Schedule(100).any_due(1, 100), Schedule(100).any_due(1, 101)
+        (False, True)
+        """
+        if end <= first or self.frequency is None:
+            return False
+        if callable(self.frequency):
+            if end - first > _CALLABLE_SCAN_LIMIT:
+                return True
+            return any(self.due(step) for step in range(first, end))
+        return -(-first // self.frequency) * self.frequency < end
+
+    def __repr__(self) -> str:
+        return f"Schedule({self.frequency!r})"

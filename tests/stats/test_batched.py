@@ -1,0 +1,239 @@
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from keras_gradmon.stats import STATISTICS, bucket_counts, stack_statistics
+from keras_gradmon.stats.batched import (
+    batched_bucket_counts,
+    batched_global_norm,
+    batched_statistics,
+)
+from tests.conftest import compile_fn
+from tests.reference import (
+    assert_statistics_close,
+    flush_subnormals,
+    reference_statistics,
+)
+
+finite_floats = st.floats(-1e3, 1e3, width=32, allow_subnormal=False)
+special = st.sampled_from([0.0, float("nan"), float("inf"), float("-inf")])
+arrays = hnp.arrays(
+    np.float32,
+    hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=9),
+    elements=st.one_of(finite_floats, finite_floats, special),
+)
+# Squares that overflow float32 (1e30, 3e38) or underflow (1e-30), and a
+# mean far above the spread (values of 1e4 + small).
+scales = st.sampled_from([1.0, 1e30, 1e-30, 1e36, 1e-3])
+offsets = st.sampled_from([0.0, 0.0, 1e4])
+batches = st.lists(st.tuples(arrays, scales, offsets), min_size=1, max_size=5)
+
+
+def _scaled(values, scale, offset=0.0):
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        values = (values.astype(np.float64) * scale + offset).astype(np.float32)
+    return flush_subnormals(values)
+
+
+def _check_rows(rows, held) -> None:
+    assert rows.shape == (len(held), len(STATISTICS))
+    for row, values in zip(rows, held):
+        assert_statistics_close(dict(zip(STATISTICS, row)), reference_statistics(values))
+
+
+def _run(fn, mode, tensors):
+    return compile_fn(fn, mode)(tensors)
+
+
+@settings(max_examples=80, deadline=None)
+@given(batches)
+def test_matches_float64_reference(batch):
+    held = [_scaled(*item) for item in batch]
+    rows = batched_statistics([tf.constant(v) for v in held]).numpy()
+    _check_rows(rows, held)
+
+
+@pytest.mark.parametrize("mode", ["function", "xla"])
+@settings(max_examples=8, deadline=None)
+@given(batch=batches)
+def test_matches_reference_compiled(mode, batch):
+    held = [_scaled(*item) for item in batch]
+    rows = _run(batched_statistics, mode, [tf.constant(v) for v in held]).numpy()
+    _check_rows(rows, held)
+
+
+def _hard_cases() -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    big = np.full([5000], 1e36, np.float32)
+    big[0] = -3e38
+    first_nan = rng.normal(size=300).astype(np.float32) + 7.0
+    first_nan[0] = np.nan
+    return [
+        big,
+        np.array([3e38, 3e38, -3e38], np.float32),  # the norm is above the max
+        (rng.normal(size=4000) * 1e-30).astype(np.float32),
+        (1e4 + rng.normal(size=3000) * 1e-3).astype(np.float32),  # cancels
+        np.array([100.0] + [0.5, -0.5] * 50, np.float32),  # an outlier shift
+        np.full([70], 2.5, np.float32),
+        np.zeros([3, 4], np.float32),
+        np.zeros([0], np.float32),
+        np.full([9], np.nan, np.float32),
+        np.array([np.inf, -np.inf, 1.0, 0.0], np.float32),
+        first_nan,
+        rng.normal(size=(64, 33)).astype(np.float32),
+    ]
+
+
+def test_hard_cases(mode):
+    held = _hard_cases()
+    rows = _run(batched_statistics, mode, [tf.constant(v) for v in held]).numpy()
+    _check_rows(rows, held)
+    singles = np.stack([stack_statistics(tf.constant(v)).numpy() for v in held])
+    np.testing.assert_allclose(rows, singles, rtol=2e-5, atol=1e-35)
+
+
+def test_single_and_many_tensors(mode):
+    rng = np.random.default_rng(1)
+    many = [rng.normal(size=rng.integers(0, 40)).astype(np.float32) for _ in range(150)]
+    for held in ([many[3]], many):
+        rows = _run(batched_statistics, mode, [tf.constant(v) for v in held])
+        _check_rows(rows.numpy(), held)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float64])
+def test_mixed_dtypes(dtype, mode):
+    rng = np.random.default_rng(2)
+    values = [rng.normal(size=s).astype(np.float32) * 300 for s in (7, 40, 1)]
+    tensors = [tf.cast(values[0], dtype), tf.constant(values[1]), tf.constant(values[2])]
+    tensors[1] = tf.tensor_scatter_nd_update(tensors[1], [[3]], [np.nan])
+    held = [tf.cast(t, tf.float64).numpy() for t in tensors]
+    rows = _run(batched_statistics, mode, tensors).numpy()
+    assert rows.dtype == np.float32
+    _check_rows(rows, held)
+
+
+def test_float16_squares_do_not_overflow():
+    rows = batched_statistics([tf.fill([1000], tf.constant(60000.0, tf.float16))])
+    np.testing.assert_allclose(rows[0, 0], 60000.0 * np.sqrt(1000), rtol=1e-6)
+
+
+def test_names_subset_and_indexed_slices(mode):
+    dense = tf.constant([[1.0, 2.0], [0.0, 0.0], [3.0, -4.0]])
+    sparse = tf.IndexedSlices(tf.constant([[1.0, 2.0], [3.0, -4.0]]), [0, 2], [3, 2])
+    names = ("norm", "nonfinite")
+    rows = _run(lambda ts: batched_statistics(ts, names), mode, [sparse, dense])
+    expected = batched_statistics([dense, dense]).numpy()
+    for i, name in enumerate(STATISTICS):
+        if name in names:
+            np.testing.assert_allclose(rows[:, i], expected[:, i], rtol=1e-6)
+        else:
+            assert np.isnan(rows[:, i]).all(), name
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError, match="Unknown statistic 'nrm'"):
+        batched_statistics([tf.ones([2])], ["nrm"])
+    assert batched_statistics([]).shape == (0, len(STATISTICS))
+
+    @tf.function(input_signature=[tf.TensorSpec([None])])
+    def dynamic(x):
+        return batched_statistics([x])
+
+    with pytest.raises(ValueError, match="static shapes"):
+        dynamic.get_concrete_function()
+
+
+def _hlo_opcodes(fn, count: int) -> dict[str, int]:
+    tensors = [tf.ones([3 + i % 5, 2]) for i in range(count)]
+    hlo = tf.function(fn, jit_compile=True).experimental_get_compiler_ir(tensors)(
+        stage="hlo"
+    )
+    opcodes = re.findall(r"= [^ ]+(?: [^ =]+)*? ([a-z\-]+)\(", hlo)
+    # The flatten and concatenation of the inputs grow with their number.
+    layout = {"parameter", "reshape", "broadcast", "constant", "concatenate"}
+    return {op: opcodes.count(op) for op in set(opcodes) - layout}
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        batched_statistics,
+        lambda ts: batched_bucket_counts(ts, 30),
+    ],
+)
+def test_compiled_program_does_not_grow_with_tensor_count(fn):
+    assert _hlo_opcodes(fn, 10) == _hlo_opcodes(fn, 100)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(arrays, min_size=1, max_size=4), st.integers(1, 40))
+def test_bucket_counts_rows(values, buckets):
+    held = [_scaled(v, 1e30 if i % 2 else 1.0) for i, v in enumerate(values)]
+    counts, ranges = batched_bucket_counts([tf.constant(v) for v in held], buckets)
+    for i, v in enumerate(held):
+        expected_counts, expected_range = bucket_counts(tf.constant(v), buckets)
+        np.testing.assert_array_equal(counts[i], expected_counts)
+        np.testing.assert_array_equal(ranges[i], expected_range)
+
+
+def test_bucket_counts_rows_compiled(mode):
+    held = _hard_cases() + [np.array([0.0, 0.1, 0.3, 0.6, 0.99, 1.0, np.nan], np.float32)]
+    tensors = [tf.constant(v) for v in held]
+    counts, ranges = _run(lambda ts: batched_bucket_counts(ts, 7), mode, tensors)
+    single = compile_fn(lambda x: bucket_counts(x, 7), mode)
+    for i, t in enumerate(tensors):
+        expected_counts, expected_range = single(t)
+        np.testing.assert_array_equal(counts[i], expected_counts)
+        np.testing.assert_array_equal(ranges[i], expected_range)
+    assert counts.dtype == tf.int32 and ranges.dtype == tf.float32
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(arrays, min_size=1, max_size=5))
+def test_global_norm_is_tf_global_norm_when_finite(values):
+    tensors = [tf.constant(np.nan_to_num(v, posinf=1.0, neginf=-2.0)) for v in values]
+    norm, finite = batched_global_norm(tensors)
+    assert norm.dtype == tf.float64 and bool(finite)
+    assert np.float32(norm.numpy()) == tf.linalg.global_norm(tensors).numpy()
+
+
+def test_global_norm_compiled(mode):
+    rng = np.random.default_rng(3)
+    tensors = [tf.constant(rng.normal(size=s).astype(np.float32)) for s in (5, 300, 1)]
+    norm, finite = _run(batched_global_norm, mode, tensors)
+    expected = compile_fn(tf.linalg.global_norm, mode)(tensors)
+    assert np.float32(norm.numpy()) == expected.numpy() and bool(finite)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected", "all_finite"),
+    [
+        ([[3e30], [4e30]], 5e30, True),  # squares overflow float32
+        ([[3e38, 3e38], [-3e38]], np.sqrt(3) * 3e38, True),  # above float32's max
+        ([[1.0, np.nan], [1e30]], np.nan, False),
+        ([[1.0, np.inf], [2.0]], np.inf, False),
+        ([[0.0, 0.0]], 0.0, True),
+    ],
+)
+def test_global_norm_overflow_and_nonfinite(values, expected, all_finite, mode):
+    tensors = [tf.constant(v, tf.float32) for v in values]
+    norm, finite = _run(batched_global_norm, mode, tensors)
+    reference = np.sqrt(sum(np.sum(np.float64(np.float32(v)) ** 2) for v in values))
+    want = reference if all_finite else expected
+    np.testing.assert_allclose(norm.numpy(), want, rtol=1e-12)
+    assert bool(finite) == all_finite
+
+
+def test_global_norm_conventions():
+    sparse = tf.IndexedSlices(tf.constant([[3.0], [4.0]]), [0, 0], [5, 1])
+    norm, _ = batched_global_norm([None, sparse, tf.constant([0.0], tf.float16)])
+    assert float(norm) == 5.0  # the values, as tf.linalg.global_norm counts them
+    norm, finite = batched_global_norm([])
+    assert float(norm) == 0.0 and bool(finite)
+    norm, _ = batched_global_norm([tf.constant([1e200], tf.float64), tf.ones([1])])
+    assert float(norm) == 1e200
