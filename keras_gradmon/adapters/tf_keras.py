@@ -106,13 +106,17 @@ class TfKerasGradientMonitorOptimizer(MonitoredOptimizer, _CLASSIC_BASE):
         self._step = check_step(step)
         self._rows: dict[Any, int] = {}
 
+    @property
+    def name(self) -> str:
+        return self._name
+
     def _make_variable(
         self, name: str, shape: tuple, dtype: str, initial: float
     ) -> tf.Variable:
         return self.add_weight(
             name,
             shape=shape,
-            dtype=dtype,
+            dtype=tf.as_dtype(dtype),
             initializer=tf_keras.initializers.Constant(initial),
             trainable=False,
             synchronization=distribute.SYNCHRONIZATION,

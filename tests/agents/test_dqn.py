@@ -16,7 +16,7 @@ from tests.reference import load_events, scalar_series
 def test_is_a_tf_keras_optimizer():
     wrapper = keras_gradmon.GradientMonitorOptimizer(tf.keras.optimizers.Adam(1e-3))
     assert isinstance(wrapper, TfKerasGradientMonitorOptimizer)
-    assert isinstance(wrapper, tf.keras.optimizers.Optimizer)
+    assert isinstance(wrapper, tf.keras.optimizers.legacy.Optimizer)
     assert float(wrapper.learning_rate) == pytest.approx(1e-3)
 
 

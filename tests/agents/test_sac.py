@@ -13,6 +13,7 @@ from tf_agents.trajectories import trajectory
 from tf_agents.utils import common
 
 import keras_gradmon
+from keras_gradmon.integrations.tf_agents import convert_like_sac
 from tests.reference import load_events, scalar_series
 
 OBS = tensor_spec.TensorSpec([4], tf.float32)
@@ -37,11 +38,13 @@ def test_two_scoped_wrappers_survive_sac(tmp_path):
     tf.random.set_seed(0)
     counter = tf.Variable(0, dtype=tf.int64)
     actor_opt, critic_opt = (
-        keras_gradmon.GradientMonitorOptimizer(
-            tf.keras.optimizers.Adam(1e-3),
-            tag_scope=scope,
-            step=counter,
-            every_n_steps=1,
+        convert_like_sac(
+            keras_gradmon.GradientMonitorOptimizer(
+                tf.keras.optimizers.Adam(1e-3),
+                tag_scope=scope,
+                step=counter,
+                every_n_steps=1,
+            )
         )
         for scope in ("actor", "critic")
     )
@@ -60,8 +63,8 @@ def test_two_scoped_wrappers_survive_sac(tmp_path):
         train_step_counter=counter,
     )
     agent.initialize()
-    # SAC converts new-style optimizers to legacy ones: the wrappers stay
-    # (the caller's references keep working), their inner ones are converted.
+    # SAC converts new-style optimizers to legacy ones; `convert_like_sac`
+    # did the same inside the wrappers, which SAC leaves alone.
     assert agent._actor_optimizer is actor_opt
     assert agent._critic_optimizer is critic_opt
     assert isinstance(actor_opt.inner_optimizer, tf.keras.optimizers.legacy.Adam)

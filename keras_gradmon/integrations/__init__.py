@@ -1,0 +1,1 @@
+"""Helpers for libraries built on TensorFlow (tf-agents)."""
