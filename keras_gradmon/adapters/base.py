@@ -3,8 +3,9 @@ the options a wrapper is built from, and reading back what it recorded."""
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import tensorflow as tf
@@ -21,7 +22,9 @@ def forwarded(name: str, writable: bool = False, doc: str | None = None) -> prop
     """A property that reads `self.inner_optimizer.<name>` (and, if
     `writable`, assigns it there). Read-only ones accept the assignments
     a base class makes while the wrapper is being constructed, before
-    `inner_optimizer` exists, and refuse them afterwards.
+    `inner_optimizer` exists, and refuse them afterwards. Within
+    `own_view(self)` it reads None: the wrapper's base class then sees its
+    own (unset) settings, not the inner optimizer's.
 
     Example:
 
@@ -31,7 +34,9 @@ def forwarded(name: str, writable: bool = False, doc: str | None = None) -> prop
 
     def get(self: Any) -> Any:
         inner = self.__dict__.get("inner_optimizer")
-        return None if inner is None else getattr(inner, name)
+        if inner is None or self.__dict__.get("_own_view"):
+            return None  # constructing, or the base class asking for its own
+        return getattr(inner, name)
 
     def set(self: Any, value: Any) -> None:
         inner = self.__dict__.get("inner_optimizer")
@@ -46,6 +51,18 @@ def forwarded(name: str, writable: bool = False, doc: str | None = None) -> prop
         setattr(inner, name, value)
 
     return property(get, set, doc=doc or f"The inner optimizer's `{name}`.")
+
+
+@contextlib.contextmanager
+def own_view(wrapper: Any) -> Iterator[None]:
+    """Within, `forwarded` properties of `wrapper` read None, so that its
+    base class does not act on the inner optimizer's settings (create EMA or
+    gradient-accumulation variables of its own, say)."""
+    wrapper.__dict__["_own_view"] = True
+    try:
+        yield
+    finally:
+        wrapper.__dict__.pop("_own_view", None)
 
 
 def resolve_config(

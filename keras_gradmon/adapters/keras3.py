@@ -16,6 +16,7 @@ from keras_gradmon.adapters.base import (
     MonitoredOptimizer,
     check_not_monitored,
     forwarded,
+    own_view,
     resolve_config,
 )
 from keras_gradmon.config import MonitorConfig
@@ -117,7 +118,9 @@ class GradientMonitorOptimizer(MonitoredOptimizer, keras.optimizers.Optimizer):
     def build(self, var_list: list) -> None:
         self.monitor.build(var_list, self._make_variable)
         self.inner_optimizer.build(var_list)
-        super().build(var_list)
+        # EMA and gradient accumulation are the inner optimizer's, not ours.
+        with own_view(self):
+            super().build(var_list)
 
     # Delegation, as keras.optimizers.LossScaleOptimizer does ------------------
 
@@ -127,11 +130,26 @@ class GradientMonitorOptimizer(MonitoredOptimizer, keras.optimizers.Optimizer):
     clipvalue = forwarded("clipvalue")
     global_clipnorm = forwarded("global_clipnorm")
     use_ema = forwarded("use_ema")
+    ema_momentum = forwarded("ema_momentum")
+    ema_overwrite_frequency = forwarded("ema_overwrite_frequency")
     gradient_accumulation_steps = forwarded("gradient_accumulation_steps")
+    weight_decay = forwarded("weight_decay")
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for what this wrapper does not have itself: a public
+        # hyper-parameter of the inner optimizer (`beta_1`, `momentum`, ...).
+        inner = self.__dict__.get("inner_optimizer")
+        if name.startswith("_") or inner is None:
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}"
+            )
+        return getattr(inner, name)
 
     @property
     def variables(self) -> list:
-        return self._variables + self.inner_optimizer.variables
+        """The inner optimizer's variables (its iteration count first), then
+        this wrapper's: the monitor's state."""
+        return self.inner_optimizer.variables + self._variables
 
     def set_weights(self, weights: list) -> None:
         """Sets this wrapper's and the inner optimizer's variables, in the
