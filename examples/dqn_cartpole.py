@@ -1,15 +1,29 @@
 """DQN on CartPole with tf-agents, monitored by keras_gradmon.
 
-The agent's optimizer is wrapped: every train step records gradient
-statistics (and clips, as configured) inside the compiled step, and under the
-default `tf.summary` writer the step writes them itself, next to tf-agents'
-own summaries. An `AlertChecker` looks at each new summary on the host, and
-an `ActivationMonitor` measures the QNetwork's hidden layers (activation
-statistics, histograms, dead ReLU units) on a fixed batch of observations.
+Gradients: the agent's optimizer is wrapped: every train step records
+gradient statistics (and clips, as configured) inside the compiled step, and
+under the default `tf.summary` writer the step writes them itself, next to
+tf-agents' own summaries. An `AlertChecker` looks at each new summary on
+the host, and an `ActivationMonitor` measures the QNetwork's hidden layers
+(activation statistics, histograms, dead ReLU units) on a fixed batch of
+observations.
 
-Run:
+RL health: an `RLHealthMonitor` observes the collect driver (episode
+returns and lengths, batched and in the driver's graph) and trains the agent
+(`monitor.train`); at summary steps it writes the `rl/` tags: return mean,
+median, min and max over the last episodes, solve rate, environment steps
+per second, training intensity, the Q-value at the episodes' start states
+against the discounted return they realized, the epsilon-greedy entropy
+and the KL of each update, and it runs the RL alerts (return collapse,
+entropy collapse, overestimation, low intensity, throughput drop).
 
-    TF_USE_LEGACY_KERAS=1 python examples/dqn_cartpole.py --iterations 2000
+Run three seeds and compare them:
+
+    for seed in 0 1 2; do
+      TF_USE_LEGACY_KERAS=1 python examples/dqn_cartpole.py --seed $seed \\
+          --log-dir /tmp/keras_gradmon_dqn/seed_$seed
+    done
+    keras-gradmon report /tmp/keras_gradmon_dqn --group 'keras_gradmon_dqn'
     tensorboard --logdir /tmp/keras_gradmon_dqn
 """
 
@@ -29,6 +43,7 @@ from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.utils import common
 
 import keras_gradmon
+from keras_gradmon.rl import RLHealthMonitor
 
 MONITOR = {
     "every_n_steps": 50,
@@ -36,85 +51,135 @@ MONITOR = {
     "groups": {"encoder": "EncodingNetwork", "head": "QNetwork/dense"},
     "clipping": {"method": "global_norm", "max_norm": 10.0},
 }
+#: CartPole-v0 counts as solved at an average return of 195.
+SOLVED = 195.0
 
 
-def average_return(
+def episode_returns(
     environment: tf_py_environment.TFPyEnvironment, policy, episodes: int
-) -> float:
-    """The mean undiscounted return of `policy` over `episodes` episodes."""
-    total = 0.0
+) -> list[float]:
+    """The undiscounted return of each of `episodes` episodes of `policy`."""
+    returns = []
     for _ in range(episodes):
-        time_step = environment.reset()
+        time_step, total = environment.reset(), 0.0
         while not time_step.is_last():
             time_step = environment.step(policy.action(time_step).action)
             total += float(time_step.reward.numpy().sum())
-    return total / episodes
+        returns.append(total)
+    return returns
 
 
-def main(iterations: int, log_dir: str) -> None:
-    train_env = tf_py_environment.TFPyEnvironment(suite_gym.load("CartPole-v0"))
-    eval_env = tf_py_environment.TFPyEnvironment(suite_gym.load("CartPole-v0"))
-    counter = tf.Variable(0, dtype=tf.int64)
+def make_agent(env: tf_py_environment.TFPyEnvironment, counter: tf.Variable):
+    """The DQN agent, its optimizer wrapped by the gradient monitor."""
     optimizer = keras_gradmon.GradientMonitorOptimizer(
         tf.keras.optimizers.Adam(1e-3), config=MONITOR, step=counter
     )
     agent = dqn_agent.DqnAgent(
-        train_env.time_step_spec(),
-        train_env.action_spec(),
+        env.time_step_spec(),
+        env.action_spec(),
         q_network=q_network.QNetwork(
-            train_env.observation_spec(),
-            train_env.action_spec(),
-            fc_layer_params=(100, 50),
+            env.observation_spec(), env.action_spec(), fc_layer_params=(100, 50)
         ),
         optimizer=optimizer,
         td_errors_loss_fn=common.element_wise_squared_loss,
         train_step_counter=counter,
     )
     agent.initialize()
+    return agent, optimizer
+
+
+def make_environments(seed: int):
+    """The training and evaluation CartPole-v0 environments, seeded."""
+    train_py, eval_py = suite_gym.load("CartPole-v0"), suite_gym.load("CartPole-v0")
+    train_py.seed(seed)
+    eval_py.seed(seed + 1000)
+    return (
+        tf_py_environment.TFPyEnvironment(train_py),
+        tf_py_environment.TFPyEnvironment(eval_py),
+    )
+
+
+def make_collection(env, agent, health: RLHealthMonitor):
+    """The collect driver (the RL monitor observes it) and the replay data."""
     buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
-        agent.collect_data_spec, batch_size=train_env.batch_size, max_length=10000
+        agent.collect_data_spec, batch_size=env.batch_size, max_length=10000
     )
     driver = dynamic_step_driver.DynamicStepDriver(
-        train_env, agent.collect_policy, observers=[buffer.add_batch], num_steps=1
+        env,
+        agent.collect_policy,
+        observers=[buffer.add_batch, health.observer],
+        num_steps=1,
     )
     driver.run = common.function(driver.run)
-    agent.train = common.function(agent.train)
-    dataset = buffer.as_dataset(sample_batch_size=64, num_steps=2).prefetch(3)
-    checker = keras_gradmon.AlertChecker(optimizer)
-    writer = tf.summary.create_file_writer(log_dir)
-
     for _ in range(100):  # seed the replay buffer
         driver.run()
+    dataset = buffer.as_dataset(sample_batch_size=64, num_steps=2).prefetch(3)
     # A fixed probe batch: observations the random-ish collect policy saw.
-    probe = buffer.gather_all().observation[0, :256]
+    return driver, iter(dataset), buffer.gather_all().observation[0, :256]
+
+
+def report_line(step: int, loss, health: RLHealthMonitor) -> str:
+    nan, latest = float("nan"), health.latest
+    return (
+        f"step {step}: loss {float(loss.loss):.3f}, eval return "
+        f"{latest['eval/return_mean']:.1f}, collect return "
+        f"{latest.get('episode/return_mean', nan):.1f} (min "
+        f"{latest.get('episode/return_min', nan):.0f}), value/return "
+        f"{latest.get('value/overestimation', nan):.2f}"
+    )
+
+
+def main(
+    iterations: int,
+    log_dir: str,
+    seed: int = 0,
+    summary_every: int = 100,
+    eval_every: int = 500,
+    eval_episodes: int = 5,
+) -> RLHealthMonitor:
+    """Trains, monitored; returns the RL monitor (its `latest` numbers)."""
+    tf.random.set_seed(seed)
+    train_env, eval_env = make_environments(seed)
+    counter = tf.Variable(0, dtype=tf.int64)
+    agent, optimizer = make_agent(train_env, counter)
+    agent.train = common.function(agent.train)
+    writer = tf.summary.create_file_writer(log_dir)
+    health = RLHealthMonitor(
+        agent,
+        env_batch_size=train_env.batch_size,
+        every_n_steps=summary_every,
+        writer=writer,
+        window=20,
+        solve_threshold=SOLVED,
+        cooldown_steps=1000,
+    )
+    driver, iterator, probe = make_collection(train_env, agent, health)
+    checker = keras_gradmon.AlertChecker(optimizer)
     activations = keras_gradmon.ActivationMonitor(
         agent._q_network, probe, every_n_steps=MONITOR["every_n_steps"], writer=writer
     )
-    iterator = iter(dataset)
     with writer.as_default():
         for i in range(1, iterations + 1):
             activations.update(counter)
             driver.run()
-            experience, _ = next(iterator)
-            loss = agent.train(experience).loss
+            loss = health.train(next(iterator)[0])  # agent.train, measured
             checker.check()
-            if i % 500 == 0:
-                grad_norm = optimizer.snapshot().totals["grad_norm"]
-                dead = max(activations.latest.stat("dead_fraction").values())
-                ret = average_return(eval_env, agent.policy, 5)
-                tf.summary.scalar("eval/average_return", ret, step=counter)
-                print(
-                    f"step {i}: loss {float(loss):.3f}, grad_norm {grad_norm:.3f}, "
-                    f"dead units {dead:.0%}, average return {ret:.1f}"
+            if i % eval_every == 0:
+                # The greedy policy's returns: rl/eval/..., watched by the
+                # return-collapse rule too.
+                health.record_evaluation(
+                    episode_returns(eval_env, agent.policy, eval_episodes)
                 )
-    writer.flush()
-    print(f"average return: {average_return(eval_env, agent.policy, 10):.1f}")
-    print(f"TensorBoard logs: {log_dir}")
+                print(report_line(i, loss, health))
+    health.close()
+    print(f"TensorBoard logs: {log_dir}; then: keras-gradmon report {log_dir}")
+    return health
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=2000)
-    parser.add_argument("--log-dir", default="/tmp/keras_gradmon_dqn")
+    parser.add_argument("--iterations", type=int, default=3000)
+    parser.add_argument("--log-dir", default="/tmp/keras_gradmon_dqn/seed_0")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    main(args.iterations, args.log_dir)
+    main(args.iterations, args.log_dir, args.seed)

@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.callbacks.summary import GradientSummaryCallback  # noqa: F401
     from keras_gradmon.config import MonitorConfig  # noqa: F401
     from keras_gradmon.recorders.writer import write_summaries  # noqa: F401
+    from keras_gradmon.rl.monitor import RLHealthMonitor  # noqa: F401
+    from keras_gradmon.rl.observer import EpisodeObserver  # noqa: F401
     from keras_gradmon.schedule import Schedule  # noqa: F401
     from keras_gradmon.state import HistogramSnapshot, Snapshot  # noqa: F401
     from keras_gradmon.stats.moments import STATISTICS  # noqa: F401
@@ -42,6 +44,7 @@ _EXPORTS = {
     "ActivationMonitorCallback": "keras_gradmon.callbacks.activations",
     "ActivationSnapshot": "keras_gradmon.activations.probe",
     "AlertChecker": "keras_gradmon.alerts.runner",
+    "EpisodeObserver": "keras_gradmon.rl.observer",
     "GradientAlertCallback": "keras_gradmon.callbacks.alerts",
     "GradientAlertError": "keras_gradmon.alerts.runner",
     "GradientMonitorOptimizer": "keras_gradmon.adapters.keras3",
@@ -49,6 +52,7 @@ _EXPORTS = {
     "HistogramSnapshot": "keras_gradmon.state",
     "MonitorConfig": "keras_gradmon.config",
     "MonitoredOptimizer": "keras_gradmon.adapters.base",
+    "RLHealthMonitor": "keras_gradmon.rl.monitor",
     "STATISTICS": "keras_gradmon.stats.moments",
     "Schedule": "keras_gradmon.schedule",
     "Snapshot": "keras_gradmon.state",

@@ -25,21 +25,41 @@ _ADAPTERS = {
     "keras": "keras_gradmon.adapters.keras3",
     "tf_keras": "keras_gradmon.adapters.tf_keras",
 }
+#: Imports after which registration is tried: the libraries, and TensorFlow,
+#: which imports tf_keras itself under TF_USE_LEGACY_KERAS=1 (registration
+#: fails while TensorFlow is half-imported, and succeeds once it is done).
+_TRIGGERS = frozenset({*_ADAPTERS, "tensorflow"})
 _lock = threading.Lock()
+_registered: set[str] = set()
 
 
-def _register(library: str) -> None:
-    # An incomplete install (tf_keras without its TensorFlow, say) is not
-    # `import keras_gradmon`'s error: `load_model` will say what is missing.
-    with contextlib.suppress(ImportError):
-        importlib.import_module(_ADAPTERS[library])
+def _imported(name: str, done: str | None) -> bool:
+    """Whether module `name` is imported and complete (not half-way, as Keras
+    is while it imports TensorFlow); `done` has just finished executing."""
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None)
+    initializing = getattr(spec, "_initializing", False) and name != done
+    return module is not None and not initializing
+
+
+def _register_loaded(done: str | None = None) -> None:
+    """Registers the adapter of every library imported so far; one whose
+    dependencies are still being imported is retried at the next trigger."""
+    for library, adapter in _ADAPTERS.items():
+        if library in _registered or not _imported(library, done):
+            continue
+        # An incomplete install (or a half-imported TensorFlow) is not
+        # `import keras_gradmon`'s error; `load_model` says what is missing.
+        with contextlib.suppress(ImportError):
+            importlib.import_module(adapter)
+            _registered.add(library)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs an adapter's registration right after its library is imported."""
+    """Tries the registrations right after a trigger's import completes."""
 
-    def __init__(self) -> None:
-        self.pending = set(_ADAPTERS)
+    def __init__(self, triggers: set[str]) -> None:
+        self.pending = set(triggers)
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name not in self.pending:
@@ -54,18 +74,18 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 class _RegisteringLoader(importlib.abc.Loader):
-    """The library's own loader, then the registration."""
+    """The library's own loader, then the registrations."""
 
-    def __init__(self, loader: Any, library: str) -> None:
+    def __init__(self, loader: Any, name: str) -> None:
         self.loader = loader
-        self.library = library
+        self.name = name
 
     def create_module(self, spec: Any) -> Any:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
         self.loader.exec_module(module)
-        _register(self.library)
+        _register_loaded(done=self.name)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
@@ -77,13 +97,8 @@ _finder: _AfterImport | None = None
 def install() -> None:
     """Registers with the libraries already imported; waits for the others."""
     global _finder
-    waiting = []
-    for library in _ADAPTERS:
-        if library in sys.modules:
-            _register(library)
-        else:
-            waiting.append(library)
+    _register_loaded()
+    waiting = {name for name in _TRIGGERS if name not in sys.modules}
     if waiting and _finder is None:
-        _finder = _AfterImport()
-        _finder.pending = set(waiting)
+        _finder = _AfterImport(waiting)
         sys.meta_path.insert(0, _finder)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from keras_gradmon.report.analysis import HealthCriteria
+    from keras_gradmon.report.render import Contents
 
 #: Exit codes: alerts at or above `--fail-on` found; a usage or input error.
 EXIT_ALERTS = 1
@@ -26,12 +28,27 @@ def _parser() -> argparse.ArgumentParser:
         "report",
         help="training-health report from TensorBoard logs",
         description=(
-            "Reads the event files under LOGDIR with TensorBoard's reader and "
+            "Reads the event files under LOGDIR (checking every record) and "
             "prints, per run: the global gradient norm over time, clipping, "
             "skipped steps, alerts in order and the layers that look "
-            "unhealthy. Writes PNG plots and a self-contained HTML page."
+            "unhealthy; for RL runs (rl/... tags) the return, entropy, value "
+            "against return, training intensity and throughput; with --group, "
+            "the final return across seeds. Writes PNG plots and a "
+            "self-contained HTML page."
         ),
     )
+    _report_arguments(report)
+    demo = commands.add_parser(
+        "demo",
+        help="train the embedded model twice (exploding, then clipped) and report",
+    )
+    demo.add_argument("--logdir", default=None, help="where to write the logs")
+    demo.add_argument("--epochs", type=int, default=5)
+    demo.add_argument("--quiet", action="store_true", help="no per-batch progress bar")
+    return parser
+
+
+def _report_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument("logdir", metavar="LOGDIR")
     report.add_argument(
         "--out", default=None, help="where the plots and HTML go (LOGDIR/report)"
@@ -44,6 +61,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument(
         "--no-plots", action="store_true", help="console text only: no PNG, no HTML"
+    )
+    report.add_argument(
+        "--group",
+        metavar="REGEX",
+        default=None,
+        help=(
+            "aggregate RL runs across seeds: runs whose name matches REGEX "
+            "(re.search) are grouped by its capture groups, or by the matched "
+            "text, e.g. --group '(.*)_seed[0-9]+'"
+        ),
     )
     report.add_argument(
         "--std-band",
@@ -59,14 +86,6 @@ def _parser() -> argparse.ArgumentParser:
         default=0.25,
         help="flag layers with more dead units than this fraction (default 0.25)",
     )
-    demo = commands.add_parser(
-        "demo",
-        help="train the embedded model twice (exploding, then clipped) and report",
-    )
-    demo.add_argument("--logdir", default=None, help="where to write the logs")
-    demo.add_argument("--epochs", type=int, default=5)
-    demo.add_argument("--quiet", action="store_true", help="no per-batch progress bar")
-    return parser
 
 
 def run_report(
@@ -75,28 +94,35 @@ def run_report(
     fail_on: str | None = None,
     plots: bool = True,
     criteria: HealthCriteria | None = None,
+    group: str | None = None,
 ) -> int:
     """Prints the report of `log_dir`; returns the exit code."""
     from keras_gradmon.report.analysis import analyze, failing_alerts
     from keras_gradmon.report.events import ReportError, load_runs
-    from keras_gradmon.report.render import report_html, report_text, write_plots
+    from keras_gradmon.report.render import Contents, report_text
+    from keras_gradmon.report.rl import analyze_rl, group_reports
 
     try:
         runs = load_runs(log_dir)
     except ReportError as error:
         print(f"keras-gradmon report: {error}", file=sys.stderr)
         return EXIT_ERROR
-    reports = analyze(runs, criteria)
-    print(report_text(log_dir, reports))
-    if plots and reports:
-        out_dir = out_dir or os.path.join(log_dir, "report")
-        written = write_plots(reports, out_dir)
-        page = os.path.join(out_dir, "report.html")
-        with open(page, "w", encoding="utf-8") as file:
-            file.write(report_html(log_dir, reports, written))
-        print(f"\nPlots and HTML report: {os.path.abspath(page)}")
+    rl = analyze_rl(runs)
+    contents = Contents(
+        reports=analyze(runs, criteria),
+        rl=rl,
+        groups=group_reports(rl, group) if group else [],
+        damaged=[damage for run in runs for damage in run.damaged],
+    )
+    print(report_text(log_dir, contents))
+    for damage in contents.damaged:
+        print(f"keras-gradmon report: {damage.message}", file=sys.stderr)
+    if contents.empty and contents.damaged:
+        return EXIT_ERROR
+    if plots and not contents.empty:
+        _write_page(log_dir, out_dir, contents)
     if fail_on is not None:
-        failing = failing_alerts(reports, fail_on)
+        failing = failing_alerts([*contents.reports, *contents.rl], fail_on)
         if failing:
             print(
                 f"\n{len(failing)} alert(s) at {fail_on} or worse: exit {EXIT_ALERTS}",
@@ -106,28 +132,60 @@ def run_report(
     return 0
 
 
+def _write_page(log_dir: str, out_dir: str | None, contents: Contents) -> None:
+    from keras_gradmon.report.html_page import report_html
+    from keras_gradmon.report.render import write_plots
+
+    out_dir = out_dir or os.path.join(log_dir, "report")
+    written = write_plots(contents, out_dir)
+    page = os.path.join(out_dir, "report.html")
+    with open(page, "w", encoding="utf-8") as file:
+        file.write(report_html(log_dir, contents, written))
+    print(f"\nPlots and HTML report: {os.path.abspath(page)}")
+
+
+def _check_group(pattern: str | None) -> str | None:
+    """An error message for an invalid `--group` regex, else None."""
+    if pattern is None:
+        return None
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        return (
+            f"--group must be a valid regular expression ({error}). "
+            f"Received: --group {pattern!r}"
+        )
+    return None
+
+
+def _report(args: argparse.Namespace) -> int:
+    low, high = args.std_band
+    if not 0 <= low < high or not 0 < args.dead_fraction < 1:
+        print(
+            "--std-band must be 0 <= LOW < HIGH and --dead-fraction in (0, 1). "
+            f"Received: --std-band {low:g} {high:g} "
+            f"--dead-fraction {args.dead_fraction:g}",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    problem = _check_group(args.group)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return EXIT_ERROR
+    from keras_gradmon.report.analysis import HealthCriteria
+
+    criteria = HealthCriteria(std_band=(low, high), dead_fraction=args.dead_fraction)
+    return run_report(
+        args.logdir, args.out, args.fail_on, not args.no_plots, criteria, args.group
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code."""
     args = _parser().parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.command == "report":
-        low, high = args.std_band
-        if not 0 <= low < high or not 0 < args.dead_fraction < 1:
-            print(
-                "--std-band must be 0 <= LOW < HIGH and --dead-fraction in (0, 1). "
-                f"Received: --std-band {low:g} {high:g} "
-                f"--dead-fraction {args.dead_fraction:g}",
-                file=sys.stderr,
-            )
-            return EXIT_ERROR
-        from keras_gradmon.report.analysis import HealthCriteria
-
-        criteria = HealthCriteria(
-            std_band=(low, high), dead_fraction=args.dead_fraction
-        )
-        return run_report(
-            args.logdir, args.out, args.fail_on, not args.no_plots, criteria
-        )
+        return _report(args)
     if args.epochs < 1:
         print(
             f"--epochs must be >= 1. Received: --epochs={args.epochs}",

@@ -16,6 +16,9 @@ from typing import Any
 WARNING = "warning"
 #: Tier of an alert that means training is, or is about to be, broken.
 CRITICAL = "critical"
+#: The tag statistic of the alert texts in TensorBoard (`alert_log/all`,
+#: `alert_log/<scope>/all`): what `keras-gradmon report` reads.
+ALERT_LOG = "alert_log"
 #: All tiers, least severe first; the index is the severity rank.
 TIERS: tuple[str, ...] = (WARNING, CRITICAL)
 

@@ -12,6 +12,7 @@ from typing import Any
 from keras_gradmon import distribute
 from keras_gradmon.alerts import CRITICAL, TIERS, WARNING, Alert, AlertEngine
 from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.events import ALERT_LOG
 from keras_gradmon.alerts.limiter import RateLimiter
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, check_log_dir
 from keras_gradmon.state import NO_STEP, Snapshot
@@ -22,8 +23,6 @@ from keras_gradmon.tags import GLOBAL, tag
 #: (`GradientAlertError`), or a callable taking the `Alert`.
 Action = str | Callable[[Alert], Any]
 ACTIONS = ("log", "stop", "raise")
-#: The tag statistic of the alert texts: `alert_log/all`, `alert_log/<scope>/all`.
-ALERT_LOG = "alert_log"
 
 logger = logging.getLogger("keras_gradmon")
 

@@ -1,6 +1,9 @@
 """`keras-gradmon report`: a training-health report from TensorBoard logs.
 
-`load_runs` reads event files with TensorBoard's own reader, `analyze_run`
-turns one run's numbers into a `RunReport` (pure NumPy), and `render`
-writes the console text, PNG plots and a self-contained HTML page.
+`load_runs` reads event files (every record's checksum verified, no
+TensorFlow import), `analyze_run` turns one run's gradient and activation
+numbers into a `RunReport` and `analyze_rl` its RL numbers into `RLReport`s
+(pure NumPy), `group_reports` aggregates RL runs across seeds, and `render`
+and `html_page` write the console text, PNG plots and a self-contained HTML
+page.
 """

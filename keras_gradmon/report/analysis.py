@@ -12,8 +12,17 @@ import re
 import numpy as np
 
 from keras_gradmon.alerts import CRITICAL, TIERS
-from keras_gradmon.alerts.events import format_number
 from keras_gradmon.report.events import Run
+from keras_gradmon.report.findings import (
+    Finding,
+    activation_findings,
+    gradient_findings,
+    last,
+    layer_of,
+    prefix,
+    subjects,
+)
+from keras_gradmon.rl.tags import is_rl_alert_scope
 
 _GLOBAL = re.compile(r"^grad_norm/(?:(?P<scope>.+)/)?global$")
 # Per-variable statistics: a subject under one of these is a variable.
@@ -68,15 +77,6 @@ class NormSummary:
 
 
 @dataclasses.dataclass(frozen=True)
-class Finding:
-    """One unhealthy layer (or variable group), with a one-line reason."""
-
-    layer: str
-    kind: str  # "non-finite", "exploding", "vanishing", "dead units", ...
-    reason: str
-
-
-@dataclasses.dataclass(frozen=True)
 class RunReport:
     """What the report says about one monitored optimizer in one run."""
 
@@ -111,44 +111,27 @@ def scopes(run: Run) -> list[str | None]:
         elif tag.startswith("activation_std/"):
             subject = tag[len("activation_std/") :]
             found.add(subject.rsplit("/", 1)[0] if "/" in subject else None)
-    found.update(alert.get("scope") for alert in run.alerts)
-    return sorted(found, key=lambda s: (s is not None, s or ""))
-
-
-def _prefix(statistic: str, scope: str | None) -> str:
-    return f"{statistic}/{scope}/" if scope else f"{statistic}/"
-
-
-def _subjects(run: Run, statistic: str, scope: str | None) -> list[str]:
-    prefix = _prefix(statistic, scope)
-    tags = list(run.scalars) + run.histogram_tags
-    return sorted(
-        {
-            tag[len(prefix) :]
-            for tag in tags
-            if tag.startswith(prefix) and tag[len(prefix) :] != "global"
-        }
+    found.update(
+        alert.get("scope")
+        for alert in run.alerts
+        if not is_rl_alert_scope(alert.get("scope"))
     )
+    return sorted(found, key=lambda s: (s is not None, s or ""))
 
 
 def _variables(run: Run, scope: str | None) -> tuple[list[str], list[str]]:
     """`(variable paths, group names)` with a `grad_norm` of their own."""
     per_variable = set()
     for statistic in _PER_VARIABLE:
-        per_variable.update(_subjects(run, statistic, scope))
+        per_variable.update(subjects(run, statistic, scope))
     others = {f"{s}/" for s in scopes(run) if s and s != scope}
     variables, groups = [], []
-    for subject in _subjects(run, "grad_norm", scope):
+    for subject in subjects(run, "grad_norm", scope):
         if scope is None and subject.startswith(tuple(others)):
             continue  # a scoped optimizer's tag
         is_variable = subject in per_variable or "/" in subject
         (variables if is_variable else groups).append(subject)
     return variables, groups
-
-
-def layer_of(path: str) -> str:
-    """The layer of a variable path: everything before the last segment."""
-    return path.rsplit("/", 1)[0] if "/" in path else path
 
 
 def _layer_norms(
@@ -160,9 +143,9 @@ def _layer_norms(
     for path in variables:
         layers.setdefault(layer_of(path), []).append(path)
     out = {}
-    prefix = _prefix("grad_norm", scope)
+    start = prefix("grad_norm", scope)
     for layer, paths in layers.items():
-        series = [run.scalars.get(prefix + p, {}) for p in paths]
+        series = [run.scalars.get(start + p, {}) for p in paths]
         steps = sorted(set.intersection(*(set(s) for s in series)))
         values = np.sqrt(
             np.array(
@@ -190,145 +173,21 @@ def _norm_summary(steps: np.ndarray, values: np.ndarray) -> NormSummary | None:
     )
 
 
-def _quarter(values: np.ndarray, last: bool) -> np.ndarray:
-    k = max(1, len(values) // 4)
-    return values[-k:] if last else values[:k]
-
-
-def _gradient_findings(
-    run: Run,
-    layer_norms: dict[str, tuple[np.ndarray, np.ndarray]],
-    variables: list[str],
-    scope: str | None,
-    criteria: HealthCriteria,
-) -> list[Finding]:
-    findings = []
-    nonfinite_prefix = _prefix("grad_nonfinite", scope)
-    bad_layers: dict[str, list[int]] = {}
-    for path in variables:
-        steps, counts = run.series(nonfinite_prefix + path)
-        bad = steps[np.nan_to_num(counts, nan=1.0) > 0]
-        if bad.size:
-            bad_layers.setdefault(layer_of(path), []).extend(bad.tolist())
-    for layer, steps in sorted(bad_layers.items()):
-        findings.append(
-            Finding(
-                layer,
-                "non-finite",
-                f"NaN/Inf gradients at {len(set(steps))} summaries, first at step "
-                f"{min(steps)}",
-            )
-        )
-    late = {
-        layer: float(np.median(_quarter(v[np.isfinite(v)], last=True)))
-        for layer, (_, v) in layer_norms.items()
-        if np.isfinite(v).any()
-    }
-    typical = float(np.median(list(late.values()))) if late else 0.0
-    for layer, (steps, values) in sorted(layer_norms.items()):
-        finite = np.isfinite(values)
-        if finite.sum() < 2 or layer in bad_layers:
-            continue
-        v, s = values[finite], steps[finite]
-        early = float(np.median(_quarter(v, last=False)))
-        peak = int(np.argmax(v))
-        if early > 0 and v[peak] >= criteria.explosion_factor * early:
-            findings.append(
-                Finding(
-                    layer,
-                    "exploding",
-                    f"gradient norm grew {format_number(v[peak] / early)}x, from "
-                    f"{format_number(early)} early on to {format_number(v[peak])} "
-                    f"at step {int(s[peak])}",
-                )
-            )
-        elif typical > 0 and late[layer] < criteria.vanishing_ratio * typical:
-            findings.append(
-                Finding(
-                    layer,
-                    "vanishing",
-                    f"gradient norm {format_number(late[layer])} late in the run, "
-                    f"{format_number(late[layer] / typical)} of the median layer's "
-                    f"{format_number(typical)}",
-                )
-            )
-    return findings
-
-
-def _last(run: Run, tag: str) -> tuple[int, float] | None:
-    steps, values = run.series(tag)
-    return (int(steps[-1]), float(values[-1])) if steps.size else None
-
-
-def _activation_findings(
-    run: Run, scope: str | None, criteria: HealthCriteria
-) -> list[Finding]:
-    findings = []
-    low, high = criteria.std_band
-    for layer in _subjects(run, "activation_std", scope):
-        if "/" in layer:
-            continue  # a scoped monitor's layer
-        get = lambda stat, layer=layer: _last(  # noqa: E731
-            run, _prefix(f"activation_{stat}", scope) + layer
-        )
-        dead, std = get("dead_fraction"), get("std")
-        saturated, low_value, high_value = (
-            get("saturated_fraction"),
-            get("min"),
-            get("max"),
-        )
-        if dead and dead[1] > criteria.dead_fraction:
-            findings.append(
-                Finding(
-                    layer,
-                    "dead units",
-                    f"{dead[1]:.0%} of its units output 0 on every probe sample "
-                    f"at step {dead[0]}",
-                )
-            )
-        unit_interval = (
-            low_value is not None
-            and high_value is not None
-            and low_value[1] >= 0.0
-            and high_value[1] <= 1.0
-            and saturated is not None
-        )
-        if std and not unit_interval and not low <= std[1] <= high:
-            findings.append(
-                Finding(
-                    layer,
-                    "activation std",
-                    f"activation std {format_number(std[1])} at step {std[0]} is "
-                    f"outside the healthy band {low:g} to {high:g}",
-                )
-            )
-        if saturated and saturated[1] > criteria.saturated_fraction:
-            findings.append(
-                Finding(
-                    layer,
-                    "saturated",
-                    f"{saturated[1]:.0%} of its outputs saturated at step "
-                    f"{saturated[0]}",
-                )
-            )
-    return findings
-
-
 def analyze_run(
     run: Run, scope: str | None = None, criteria: HealthCriteria | None = None
 ) -> RunReport:
     """The report of the optimizer with tag scope `scope` in `run`."""
     criteria = criteria or HealthCriteria()
-    steps, values = run.series(_prefix("grad_norm", scope) + "global")
+    steps, values = run.series(prefix("grad_norm", scope) + "global")
     variables, group_names = _variables(run, scope)
     layer_norms = _layer_norms(run, variables, scope)
     groups = {"global": (steps, values)}
     for group in group_names:
-        groups[group] = run.series(_prefix("grad_norm", scope) + group)
-    clip = run.series(_prefix("clip", scope) + "fraction")[1]
-    skipped = _last(run, _prefix("skipped", scope) + "steps")
-    nonfinite = run.series(_prefix("grad_nonfinite", scope) + "global")[1]
-    loss = _last(run, "epoch_loss") or _last(run, "loss")
+        groups[group] = run.series(prefix("grad_norm", scope) + group)
+    clip = run.series(prefix("clip", scope) + "fraction")[1]
+    skipped = last(run, prefix("skipped", scope) + "steps")
+    nonfinite = run.series(prefix("grad_nonfinite", scope) + "global")[1]
+    loss = last(run, "epoch_loss") or last(run, "loss")
     return RunReport(
         run=run.name,
         scope=scope,
@@ -338,8 +197,8 @@ def analyze_run(
         nonfinite_summaries=int(np.sum(np.nan_to_num(nonfinite, nan=1.0) > 0)),
         final_loss=loss[1] if loss else None,
         alerts=[a for a in run.alerts if a.get("scope") == scope],
-        findings=_gradient_findings(run, layer_norms, variables, scope, criteria)
-        + _activation_findings(run, scope, criteria),
+        findings=gradient_findings(run, layer_norms, variables, scope, criteria)
+        + activation_findings(run, scope, criteria),
         groups=groups,
         layer_norms=layer_norms,
     )

@@ -9,7 +9,7 @@ from keras_gradmon.report.analysis import RunReport
 _TIER_COLORS = {"warning": "#e69f00", "critical": "#d62728"}
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -20,7 +20,7 @@ def _pyplot():
 
 def plot_norms(report: RunReport, path: str) -> None:
     """Global and group gradient norms over steps (log scale), alert markers."""
-    plt = _pyplot()
+    plt = pyplot()
     figure, axes = plt.subplots(figsize=(8, 4), dpi=100)
     for name, (steps, values) in report.groups.items():
         shown = np.where(np.isfinite(values) & (values > 0), values, np.nan)
@@ -66,7 +66,7 @@ def plot_layer_heatmap(report: RunReport, path: str) -> bool:
         for step, value in zip(*report.layer_norms[layer]):
             if np.isfinite(value) and value > 0:
                 grid[row, column[int(step)]] = np.log10(value)
-    plt = _pyplot()
+    plt = pyplot()
     height = 1.5 + 0.35 * len(layers)
     figure, axes = plt.subplots(figsize=(8, height), dpi=100)
     image = axes.imshow(

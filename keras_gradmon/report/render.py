@@ -1,16 +1,53 @@
-"""The report as console text, and as a self-contained HTML page."""
+"""The report as console text, and its PNG plots."""
 
 from __future__ import annotations
 
-import base64
-import html
+import dataclasses
 import os
 import re
 
 from keras_gradmon.alerts import CRITICAL, WARNING
 from keras_gradmon.alerts.events import format_number
 from keras_gradmon.report.analysis import RunReport
+from keras_gradmon.report.events import FileDamage
 from keras_gradmon.report.plots import plot_layer_heatmap, plot_norms
+from keras_gradmon.report.rl import GroupSummary, RLReport
+from keras_gradmon.report.rl_plots import plot_groups, plot_rl
+from keras_gradmon.report.rl_render import (
+    GROUPS_CAPTION,
+    group_notes,
+    group_rows,
+    rl_rows,
+    rl_text,
+)
+
+#: The `write_plots` key of the groups' figure.
+GROUPS = "groups"
+NO_DATA = (
+    "No keras_gradmon data in these event files (no grad_norm/.../global, "
+    "activation_* or rl/... tags)."
+)
+
+
+@dataclasses.dataclass
+class Contents:
+    """Everything the report shows.
+
+    Attributes:
+        reports: A gradient/activation report per monitored optimizer.
+        rl: An RL report per monitored agent.
+        groups: The groups of seeds (`--group`).
+        damaged: The damaged event files.
+    """
+
+    reports: list[RunReport]
+    rl: list[RLReport] = dataclasses.field(default_factory=list)
+    groups: list[GroupSummary] = dataclasses.field(default_factory=list)
+    damaged: list[FileDamage] = dataclasses.field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.reports or self.rl)
 
 
 def _number(value: float | None) -> str:
@@ -55,7 +92,7 @@ def summary_rows(reports: list[RunReport]) -> list[list[str]]:
     return rows
 
 
-def _table(rows: list[list[str]]) -> str:
+def table(rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
@@ -63,7 +100,7 @@ def _table(rows: list[list[str]]) -> str:
     )
 
 
-def _alert_line(alert: dict) -> str:
+def alert_line(alert: dict) -> str:
     return alert.get("message") or (
         f"{str(alert.get('tier', '')).upper()} {alert.get('rule')} at step "
         f"{alert.get('step')}: {alert.get('subject')}"
@@ -91,7 +128,7 @@ def run_text(report: RunReport, max_alerts: int = 20) -> str:
         lines.append(f"final loss: {format_number(report.final_loss)}")
     lines.append(f"alerts ({len(report.alerts)}):" if report.alerts else "alerts: none")
     for alert in report.alerts[:max_alerts]:
-        lines.append(f"  {_alert_line(alert)}")
+        lines.append(f"  {alert_line(alert)}")
     if len(report.alerts) > max_alerts:
         lines.append(f"  ... and {len(report.alerts) - max_alerts} more (see the HTML)")
     if report.findings:
@@ -107,20 +144,26 @@ def run_text(report: RunReport, max_alerts: int = 20) -> str:
     return "\n".join(lines)
 
 
-def report_text(log_dir: str, reports: list[RunReport]) -> str:
+def report_text(log_dir: str, contents: Contents) -> str:
     """The whole console report."""
-    if not reports:
-        return (
-            f"keras-gradmon report: {log_dir}\nNo keras_gradmon data in these "
-            "event files (no grad_norm/.../global or activation_* tags)."
-        )
-    parts = [
-        f"keras-gradmon report: {log_dir} ({len(reports)} monitored runs)",
-        "",
-        _table(summary_rows(reports)),
-    ]
-    for report in reports:
+    parts = [f"keras-gradmon report: {log_dir}"]
+    for damage in contents.damaged:
+        parts += ["", f"WARNING: {damage.message}"]
+    if contents.empty:
+        return "\n".join([*parts, NO_DATA])
+    if contents.reports:
+        parts += ["", f"{len(contents.reports)} monitored optimizer(s):"]
+        parts += ["", table(summary_rows(contents.reports))]
+    if contents.rl:
+        parts += ["", f"RL training health ({len(contents.rl)} agent(s)):"]
+        parts += ["", table(rl_rows(contents.rl))]
+    if contents.groups:
+        parts += ["", "Across seeds (--group):", "", table(group_rows(contents.groups))]
+        parts += [GROUPS_CAPTION, *group_notes(contents.groups)]
+    for report in contents.reports:
         parts += ["", run_text(report)]
+    for rl in contents.rl:
+        parts += ["", rl_text(rl)]
     return "\n".join(parts)
 
 
@@ -128,80 +171,25 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "run"
 
 
-def write_plots(reports: list[RunReport], out_dir: str) -> dict[str, list[str]]:
-    """Writes each report's PNGs into `out_dir`; `{title: [paths]}`."""
+def write_plots(contents: Contents, out_dir: str) -> dict[str, list[str]]:
+    """Writes the PNGs into `out_dir`; `{title: [paths]}` (the groups'
+    figure under `GROUPS`)."""
     os.makedirs(out_dir, exist_ok=True)
-    written = {}
-    for report in reports:
+    written: dict[str, list[str]] = {}
+    for report in contents.reports:
         slug = _slug(report.title)
-        paths = []
         norms = os.path.join(out_dir, f"{slug}_norms.png")
         plot_norms(report, norms)
-        paths.append(norms)
+        written[report.title] = [norms]
         heatmap = os.path.join(out_dir, f"{slug}_layers.png")
         if plot_layer_heatmap(report, heatmap):
-            paths.append(heatmap)
-        written[report.title] = paths
+            written[report.title].append(heatmap)
+    for rl in contents.rl:
+        path = os.path.join(out_dir, f"{_slug(rl.title)}.png")
+        plot_rl(rl, path)
+        written[rl.title] = [path]
+    if contents.groups:
+        path = os.path.join(out_dir, "rl_groups.png")
+        plot_groups(contents.groups, path)
+        written[GROUPS] = [path]
     return written
-
-
-def _html_table(rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-        for row in rows[1:]
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _image(path: str) -> str:
-    with open(path, "rb") as file:
-        data = base64.b64encode(file.read()).decode("ascii")
-    alt = html.escape(os.path.basename(path))
-    return f'<img alt="{alt}" src="data:image/png;base64,{data}">'
-
-
-_STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
-table{border-collapse:collapse;margin:1em 0;font-size:0.9em}
-th,td{border:1px solid #ccc;padding:4px 8px;text-align:left}
-th{background:#f3f3f3}.warning{color:#a86b00}.critical{color:#c00;font-weight:bold}
-img{max-width:100%;display:block;margin:0.5em 0}
-"""
-
-
-def report_html(
-    log_dir: str, reports: list[RunReport], plots: dict[str, list[str]]
-) -> str:
-    """A self-contained HTML page: tables, alerts and the plots inline."""
-    parts = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>keras-gradmon report: {html.escape(log_dir)}</title>",
-        f"<style>{_STYLE}</style></head><body>",
-        f"<h1>keras-gradmon report</h1><p>{html.escape(log_dir)}</p>",
-    ]
-    if reports:
-        parts.append(_html_table(summary_rows(reports)))
-    else:
-        parts.append("<p>No keras_gradmon data in these event files.</p>")
-    for report in reports:
-        parts.append(f"<h2>{html.escape(report.title)}</h2>")
-        details = run_text(report, max_alerts=0).splitlines()[1:]
-        details = [d for d in details if not d.startswith(("alerts", "unhealthy"))]
-        parts.append("<p>" + "<br>".join(html.escape(d) for d in details) + "</p>")
-        if report.alerts:
-            parts.append(f"<h3>Alerts ({len(report.alerts)})</h3><ul>")
-            for alert in report.alerts:
-                tier = html.escape(str(alert.get("tier", "")))
-                parts.append(
-                    f"<li class='{tier}'>{html.escape(_alert_line(alert))}</li>"
-                )
-            parts.append("</ul>")
-        if report.findings:
-            rows = [["layer", "problem", "reason"]] + [
-                [f.layer, f.kind, f.reason] for f in report.findings
-            ]
-            parts.append("<h3>Unhealthy layers</h3>" + _html_table(rows))
-        parts.extend(_image(path) for path in plots.get(report.title, []))
-    parts.append("</body></html>")
-    return "\n".join(parts)

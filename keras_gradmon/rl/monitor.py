@@ -1,0 +1,299 @@
+"""`RLHealthMonitor`: is the agent getting better, exploring, calibrated,
+and using every sample enough? Written to TensorBoard at summary steps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from keras_gradmon import _validation
+from keras_gradmon.alerts import Alert, AlertEngine, RateLimiter
+from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.runner import Action, AlertDelivery, validate_actions
+from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+from keras_gradmon.rl import rules as R
+from keras_gradmon.rl.building import (
+    callable_or_none,
+    check_agent,
+    finite_numbers,
+    make_probe,
+    make_writer,
+    optional,
+)
+from keras_gradmon.rl.observer import EpisodeObserver
+from keras_gradmon.rl.progress import Progress, transitions_per_batch
+from keras_gradmon.rl.readings import (
+    alert_metrics,
+    derived,
+    episode_numbers,
+    evaluation_numbers,
+    loss_numbers,
+)
+from keras_gradmon.rl.tags import alert_scope, rl_tag
+from keras_gradmon.rl.values import ValueFn, discount_of, value_function
+from keras_gradmon.schedule import Frequency, Schedule
+
+
+class RLHealthMonitor:
+    """Training health of a tf-agents agent, at summary steps, in TensorBoard.
+
+    Add `monitor.observer` to the collect driver and train with
+    `monitor.train(experience)` instead of `agent.train(experience)`. At
+    steps where `every_n_steps` is due, it writes the `rl/` tags (see
+    docs/tags.md): episode statistics over the last `window` episodes,
+    progress, throughput and training intensity, the value estimate against
+    the realized return, the collect policy's entropy, the KL divergence of
+    the update (and for PPO the clip fraction and explained variance), then
+    runs the RL alert rules. Other steps call `agent.train` and one Python
+    comparison: the agent's step counter is read at the first call and at
+    summary steps only, and counted on the host in between.
+
+    Args:
+        agent: A tf-agents agent.
+        env_batch_size: The collect environment's `batch_size`.
+        every_n_steps: Summary frequency in train steps (int or callable).
+        log_dir: Where to write; or `writer`, a `tf.summary` writer (the
+            agent's own, say). Neither: numbers in `latest`, no TensorBoard.
+        window: Episodes the episode statistics cover.
+        solve_threshold: Return counting as solved (`episode/solve_rate`).
+        value_fn: `value_fn(time_step) -> [N]` value estimates; None picks
+            the agent's own (see `keras_gradmon.rl.values`).
+        kl: Measure the KL divergence over the update at summary steps.
+        rules: RL alert rules (a mapping or a list); None for
+            `default_rl_rules()`, `[]` for none.
+        actions: `{tier: action}`: "log", "stop", "raise" or a callable.
+        cooldown_steps: Same rule and subject not reported again within.
+        max_per_rule: At most this many alerts per rule and tier.
+        jsonl_path: Append each alert as a JSON line to this file.
+        tag_scope: Tags become `rl/<scope>/...` (several agents in a run).
+        train_batch_size: Transitions per update for the training intensity;
+            None: counted in the experience (`B x (T - 1)`).
+        train_fn: Called by `train`; default `agent.train` (looked up at
+            each call).
+
+    Example:
+
+    ```python
+    monitor = keras_gradmon.rl.RLHealthMonitor(
+        agent, env_batch_size=env.batch_size, every_n_steps=500,
+        writer=writer, solve_threshold=195)
+    driver = DynamicStepDriver(env, agent.collect_policy,
+                               observers=[buffer.add_batch, monitor.observer])
+    for experience, _ in dataset:
+        driver.run()
+        monitor.train(experience)
+        if monitor.stop_requested:
+            break
+    ```
+    """
+
+    def __init__(
+        self,
+        agent: Any,
+        *,
+        env_batch_size: int = 1,
+        every_n_steps: Frequency = 1000,
+        log_dir: str | None = None,
+        writer: Any = None,
+        window: int = 100,
+        solve_threshold: float | None = None,
+        value_fn: ValueFn | None = None,
+        kl: bool = True,
+        rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
+        actions: Mapping[str, Action] | None = None,
+        cooldown_steps: int = 0,
+        max_per_rule: int | None = None,
+        jsonl_path: str | None = None,
+        tag_scope: str | None = None,
+        train_batch_size: int | None = None,
+        train_fn: Callable[..., Any] | None = None,
+    ) -> None:
+        check_agent(agent)
+        _validation.positive_int("env_batch_size", env_batch_size)
+        if not isinstance(kl, bool):
+            raise ValueError(f"`kl` must be True or False. Received: kl={kl!r}")
+        self.agent = agent
+        self.schedule = Schedule(every_n_steps, name="every_n_steps")
+        self.tag_scope = optional("tag_scope", tag_scope, _validation.non_empty_string)
+        self.train_batch_size = optional(
+            "train_batch_size", train_batch_size, _validation.positive_int
+        )
+        #: What `train` calls; None: `agent.train`, looked up at each call (so
+        #: `agent.train = common.function(agent.train)` later still counts).
+        self.train_fn = optional("train_fn", train_fn, callable_or_none)
+        value_fn = optional("value_fn", value_fn, callable_or_none)
+        self._measurement(env_batch_size, window, solve_threshold, value_fn, kl)
+        self.engine = AlertEngine(
+            R.default_rl_rules() if rules is None else rules,
+            RateLimiter(cooldown_steps=cooldown_steps, max_per_rule=max_per_rule),
+        )
+        self._outputs(log_dir, writer, actions, jsonl_path)
+        self.progress = Progress(start=time.perf_counter())
+        #: The numbers of the last summary, by RL tag name ("episode/...").
+        self.latest: dict[str, float] = {}
+        self._step: int | None = None
+        self._per_call: int | None = None
+        self._fired: tuple[int | None, set[str]] = (None, set())
+
+    def _measurement(
+        self, env_batch_size: int, window: int, solve_threshold: Any,
+        value_fn: ValueFn | None, kl: bool,
+    ) -> None:
+        """The episode observer, the value estimate and the probe."""
+        agent = self.agent
+        self.value_fn = value_fn or value_function(agent)
+        self.observer = EpisodeObserver(
+            batch_size=env_batch_size,
+            window=window,
+            discount=discount_of(agent) or 1.0,
+            solve_threshold=solve_threshold,
+            observation_spec=(
+                agent.time_step_spec.observation if self.value_fn else None
+            ),
+        )
+        self.probe = make_probe(agent, self.value_fn, self.observer, kl)
+
+    def _outputs(
+        self, log_dir: Any, writer: Any, actions: Any, jsonl_path: Any
+    ) -> None:
+        """The TensorBoard writer, the recorder and the alert delivery."""
+        if log_dir is not None and writer is not None:
+            raise ValueError(
+                "Pass at most one of `log_dir` and `writer`. Received: "
+                f"log_dir={log_dir!r}, writer={writer!r}"
+            )
+        self._writer = make_writer(log_dir, writer)
+        self._owns_writer = log_dir is not None
+        self.recorder = (
+            TensorBoardRecorder(writer=self._writer) if self._writer else None
+        )
+        self.delivery = AlertDelivery(
+            validate_actions(actions),
+            writer=self._writer,
+            jsonl_path=optional("jsonl_path", jsonl_path, _validation.string),
+            tag_scope=alert_scope(self.tag_scope),
+        )
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether an alert with the "stop" action has fired."""
+        return self.delivery.stop_requested
+
+    @property
+    def history(self) -> list[Alert]:
+        """Every RL alert emitted so far, in order."""
+        return self.engine.history
+
+    def _read_step(self) -> int:
+        return int(self.agent.train_step_counter.numpy())
+
+    def train(self, experience: Any, weights: Any = None) -> Any:
+        """`agent.train(experience)`, measured when a summary step is due.
+
+        Returns:
+            What the agent's train returned (its `LossInfo`).
+        """
+        if self._step is None:
+            self._step = self._read_step()
+        first = self._step
+        if self.schedule.any_due(first, first + (self._per_call or 1)):
+            first = self._read_step()
+            if self.schedule.any_due(first, first + (self._per_call or 1)):
+                return self._measured(first, experience, weights)
+        loss_info = self._call_train(experience, weights)
+        if self._per_call is None:
+            self._per_call = self._read_step() - first
+        self._step = first + self._per_call
+        return loss_info
+
+    def _call_train(self, experience: Any, weights: Any) -> Any:
+        train = self.train_fn or self.agent.train
+        if weights is None:
+            return train(experience)
+        return train(experience, weights=weights)
+
+    def _measured(self, step: int, experience: Any, weights: Any) -> Any:
+        numbers, state = self.probe.before(experience)
+        loss_info = self._call_train(experience, weights)
+        if self.probe.kl:
+            numbers.update(self.probe.after(experience, state))
+        end = self._read_step()
+        self._per_call, self._step = end - step, end
+        numbers.update(loss_numbers(loss_info))
+        batch = self.train_batch_size or transitions_per_batch(
+            tf.shape(experience.step_type).numpy().tolist()
+        )
+        measured = {name: float(value) for name, value in numbers.items()}
+        self.record(step, measured, train_batch_size=batch)
+        return loss_info
+
+    def record(
+        self,
+        step: int,
+        numbers: Mapping[str, float] | None = None,
+        train_batch_size: int | None = None,
+    ) -> dict[str, float]:
+        """Writes the episode and progress numbers (and `numbers`, RL tag
+        name -> value) at `step`, then runs the alert rules. `train` calls
+        it at summary steps; call it yourself to record between them.
+
+        Returns:
+            Everything recorded, by RL tag name (also in `latest`).
+        """
+        step = int(step)
+        episodes = {k: float(v) for k, v in self.observer.result().items()}
+        recorded = episode_numbers(episodes)
+        recorded.update(
+            self.progress.numbers(
+                time.perf_counter(),
+                int(episodes["env_steps"]),
+                step,
+                train_batch_size or self.train_batch_size,
+            )
+        )
+        recorded.update(derived(dict(numbers or {}), episodes, self.probe))
+        self.latest = recorded
+        self._write(recorded, step)
+        self._deliver(step, self.engine.update(step, alert_metrics(recorded)))
+        return recorded
+
+    def record_evaluation(
+        self, returns: Sequence[float], step: int | None = None
+    ) -> dict[str, float]:
+        """Records evaluation episodes' returns (`eval/...` at `step`, by
+        default the agent's step now) and runs the return-collapse rule on
+        their mean (subject "evaluation"). Returns what it recorded."""
+        recorded = evaluation_numbers(finite_numbers("returns", returns))
+        step = self._read_step() if step is None else int(step)
+        self.latest.update(recorded)
+        self._write(recorded, step)
+        metrics = {R.RETURN: {"evaluation": recorded["eval/return_mean"]}}
+        self._deliver(step, self.engine.update(step, metrics))
+        return recorded
+
+    def _deliver(self, step: int, alerts: list[Alert]) -> None:
+        # A step written twice (a summary, then an evaluation) keeps its flags.
+        if self._fired[0] == step:
+            self.engine.fired |= self._fired[1]
+        self.delivery.deliver(step, alerts, self.engine)
+        self._fired = (step, set(self.engine.fired))
+
+    def _write(self, recorded: Mapping[str, float], step: int) -> None:
+        if self.recorder is not None:
+            tags = {rl_tag(name, self.tag_scope): v for name, v in recorded.items()}
+            self.recorder.write_scalars(tags, step)
+
+    def flush(self) -> None:
+        """Flushes the TensorBoard writer."""
+        if self.recorder is not None:
+            self.recorder.flush()
+
+    def close(self) -> None:
+        """Flushes, and closes the writer if this monitor created it."""
+        self.flush()
+        if self._owns_writer and self._writer is not None:
+            self._writer.close()

@@ -1,0 +1,188 @@
+"""Alert rules over RL training health, on the shared alert machinery.
+
+Pure Python: `RLHealthMonitor` feeds each summary's numbers to an
+`AlertEngine` holding these rules, and delivers what fires with
+`AlertDelivery` (log line, `alerts/rl/<rule>` flags, `alert_log/rl/all`
+texts for `keras-gradmon report --fail-on`, tier actions).
+
+Example:
+
+>>> engine = AlertEngine(default_rl_rules())
+>>> alerts = engine.update(100, {"training intensity": {"replay": 0.5}})
+>>> alerts = engine.update(200, {"training intensity": {"replay": 0.5}})
+>>> alerts[0].message.split(":")[0]
+'WARNING training intensity low at step 200'
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from keras_gradmon import _validation
+from keras_gradmon.alerts import AlertEngine
+from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.events import Alert, format_number
+from keras_gradmon.rl.progress_rules import (
+    INTENSITY,
+    RETURN,
+    THROUGHPUT,
+    LowIntensityRule,
+    ReturnCollapseRule,
+    ThroughputDropRule,
+)
+
+#: The metrics the rules read, each `{subject: value}` at a summary.
+ENTROPY = "entropy"  # {"collect_policy": entropy / ln(number of actions)}
+VALUE_RATIO = "value/return"  # {"start_states": estimate / realized return}
+
+
+class EntropyCollapseRule(Rule):
+    """Warns when the policy's entropy falls fast: below `fraction` of the
+    highest value it had within the last `window` steps.
+
+    The value is the entropy as a fraction of its maximum, ln(number of
+    actions), so the rule reads the same for any action count. A planned,
+    slow epsilon decay stays quiet; a policy that stops exploring within
+    `window` steps does not.
+
+    Args:
+        fraction: Fires below this fraction of the window's maximum (0, 1).
+        window: Steps the maximum is taken over (summaries in
+            `(step - window, step]`).
+
+    Example:
+
+    >>> rule = EntropyCollapseRule(fraction=0.25, window=1000)
+    >>> rule.update(0, {"collect_policy": 0.9}), rule.update(1500, {"collect_policy": 0.3})
+    ([], [])
+    >>> [a.tier for a in rule.update(2000, {"collect_policy": 0.05})]
+    ['warning']
+    """  # noqa: E501
+
+    name = "collapse"
+    default_metric = ENTROPY
+    comparison = "<"
+    default_hint = (
+        "exploration is ending: decay epsilon more slowly, or raise the "
+        "entropy bonus (entropy_regularization, SAC's target entropy)"
+    )
+
+    def __init__(self, fraction: float = 0.25, window: int = 10_000) -> None:
+        super().__init__()
+        self.fraction = _validation.open_unit_interval("fraction", fraction)
+        self.window = _validation.positive_int("window", window)
+        self._seen: dict[str, deque[tuple[int, float]]] = {}
+
+    def reset(self) -> None:
+        super().reset()
+        self._seen.clear()
+
+    def _evaluate(self, step: int, values: dict[str, float]) -> list[Alert]:
+        alerts = []
+        for subject, value in values.items():
+            seen = self._seen.setdefault(subject, deque())
+            seen.append((step, value))
+            while seen[0][0] <= step - self.window:
+                seen.popleft()
+            peak_step, peak = max(seen, key=lambda point: point[1])
+            if peak > 0 and value < self.fraction * peak:
+                alerts.append(
+                    self._alert(
+                        step,
+                        subject,
+                        value,
+                        self.fraction * peak,
+                        context=(
+                            f" (down from {format_number(peak)} at step "
+                            f"{peak_step}, within {self.window} steps)"
+                        ),
+                        details={"peak": peak, "peak_step": peak_step},
+                    )
+                )
+        return alerts
+
+
+class OverestimationRule(Rule):
+    """Warns when the value estimate exceeds the realized return `ratio`
+    times over for `patience` consecutive summaries.
+
+    Early in training the estimate at the start states runs ahead of
+    returns realized by older, worse policies; `patience` summaries in a
+    row separate a lasting overestimation from that lag.
+
+    Args:
+        ratio: Estimate / realized return above which it fires (> 1).
+        patience: Consecutive summaries above `ratio` before it fires.
+
+    Example:
+
+    >>> rule = OverestimationRule(ratio=2.0, patience=2)
+    >>> rule.update(5, {"start_states": 2.5})
+    []
+    >>> [a.tier for a in rule.update(6, {"start_states": 2.6})]
+    ['warning']
+    """
+
+    name = "overestimation"
+    default_metric = VALUE_RATIO
+    default_hint = (
+        "the value estimate runs away from the returns: use double Q-learning "
+        "(DdqnAgent, TD3's twin critics), update the target network more "
+        "slowly, or lower the learning rate"
+    )
+
+    def __init__(self, ratio: float = 2.0, patience: int = 3) -> None:
+        super().__init__()
+        self.ratio = _validation.greater_than_one("ratio", ratio)
+        self.patience = _validation.positive_int("patience", patience)
+        self._streak: dict[str, int] = {}
+
+    def reset(self) -> None:
+        super().reset()
+        self._streak.clear()
+
+    def _evaluate(self, step: int, values: dict[str, float]) -> list[Alert]:
+        alerts = []
+        for subject, value in values.items():
+            streak = self._streak.get(subject, 0) + 1 if value > self.ratio else 0
+            self._streak[subject] = streak
+            if streak >= self.patience:
+                context = f" for {streak} summaries" if self.patience > 1 else ""
+                alerts.append(
+                    self._alert(step, subject, value, self.ratio, context=context)
+                )
+        return alerts
+
+
+def default_rl_rules() -> dict[str, Rule]:
+    """Fresh RL rules, keyed by the name of their `alerts/rl/<name>` flag.
+
+    Example:
+
+    >>> sorted(default_rl_rules())  # doctest: +NORMALIZE_WHITESPACE
+    ['entropy_collapse', 'low_intensity', 'return_collapse', 'throughput_drop',
+     'value_overestimation']
+    """
+    return {
+        "entropy_collapse": EntropyCollapseRule(),
+        "value_overestimation": OverestimationRule(),
+        "low_intensity": LowIntensityRule(),
+        "return_collapse": ReturnCollapseRule(),
+        "throughput_drop": ThroughputDropRule(),
+    }
+
+
+__all__ = [
+    "ENTROPY",
+    "INTENSITY",
+    "RETURN",
+    "THROUGHPUT",
+    "VALUE_RATIO",
+    "AlertEngine",
+    "EntropyCollapseRule",
+    "LowIntensityRule",
+    "OverestimationRule",
+    "ReturnCollapseRule",
+    "ThroughputDropRule",
+    "default_rl_rules",
+]

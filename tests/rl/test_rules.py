@@ -1,0 +1,131 @@
+"""The RL alert rules: when each fires, on exact boundaries, and what they
+say; bad arguments are refused at construction, by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from keras_gradmon.alerts import AlertEngine
+from keras_gradmon.rl.progress_rules import (
+    LowIntensityRule,
+    ReturnCollapseRule,
+    ThroughputDropRule,
+)
+from keras_gradmon.rl.rules import (
+    EntropyCollapseRule,
+    OverestimationRule,
+    default_rl_rules,
+)
+
+
+def _fired(rule, points, subject="s"):
+    """The steps at which `rule` fires over `[(step, value)]`."""
+    return [a.step for step, v in points for a in rule.update(step, {subject: v})]
+
+
+def test_entropy_collapse_compares_with_the_peak_inside_the_window():
+    rule = EntropyCollapseRule(fraction=0.25, window=1000)
+    points = [(0, 0.8), (500, 0.6), (900, 0.2), (999, 0.199), (1500, 0.19)]
+    # 0.2 is exactly 0.25 * 0.8 (no alert); 0.199 is below; at 1500 the
+    # peak inside (500, 1500] is 0.6 and 0.19 > 0.15.
+    assert _fired(rule, points) == [999]
+    # A first value is its own peak: nothing to fall from.
+    assert EntropyCollapseRule(0.5, 100).update(0, {"p": 0.01}) == []
+
+
+def test_entropy_collapse_message():
+    rule = EntropyCollapseRule(fraction=0.5, window=100)
+    rule.update(10, {"collect_policy": 0.9})
+    (alert,) = rule.update(60, {"collect_policy": 0.3})
+    assert alert.message.startswith(
+        "WARNING entropy collapse at step 60: entropy of 'collect_policy' = 0.3 "
+        "< 0.45 (down from 0.9 at step 10, within 100 steps)."
+    )
+
+
+def test_overestimation_needs_patience_consecutive_summaries():
+    rule = OverestimationRule(ratio=2.0, patience=3)
+    points = [(1, 2.5), (2, 2.1), (3, 1.9), (4, 2.2), (5, 2.3), (6, 2.0001)]
+    assert _fired(rule, points) == [6]
+    rule = OverestimationRule(ratio=2.0, patience=1)
+    (alert,) = rule.update(7, {"start_states": 2.5})
+    assert alert.message.startswith(
+        "WARNING value/return overestimation at step 7: value/return of "
+        "'start_states' = 2.5 > 2."
+    )
+
+
+def test_low_intensity_below_the_minimum_for_patience_summaries():
+    rule = LowIntensityRule(minimum=1.0, patience=2)
+    assert _fired(rule, [(1, 0.5), (2, 1.0), (3, 0.99), (4, 0.2), (5, 3)]) == [4]
+
+
+def test_return_collapse_from_the_running_best():
+    rule = ReturnCollapseRule(drop=0.5, baseline=20.0)
+    # best 200: fires below 200 - 0.5 * (200 - 20) = 110
+    points = [(1, 50.0), (2, 200.0), (3, 110.0), (4, 109.9), (5, 300.0), (6, 150)]
+    assert _fired(rule, points) == [4, 6]  # at 6: below 300 - 140 = 160
+    rule = ReturnCollapseRule()
+    assert _fired(rule, [(1, -10.0), (2, -50.0)]) == []  # never above baseline
+
+
+def test_return_collapse_tracks_collect_and_evaluation_returns_apart():
+    rule = ReturnCollapseRule(drop=0.5)
+    assert rule.update(100, {"episodes": 100.0}) == []
+    assert rule.update(100, {"evaluation": 200.0}) == []  # same step, fresh
+    assert rule.update(100, {"evaluation": 10.0}) == []  # stale: ignored
+    fired = rule.update(200, {"episodes": 60.0, "evaluation": 90.0})
+    assert [(a.subject, a.threshold) for a in fired] == [("evaluation", 100.0)]
+
+
+def test_throughput_drop_ignores_one_slow_interval():
+    rule = ThroughputDropRule(drop=0.5, history=3, patience=2)
+    points = [(1, 100.0), (2, 110.0), (3, 90.0), (4, 20.0), (5, 100.0), (6, 40.0)]
+    assert _fired(rule, points) == []  # each dip lasted one summary
+    assert _fired(rule, [(7, 40.0), (8, 49.0)]) == [7, 8]
+    assert _fired(rule, [(9, 60.0)]) == []
+
+
+@pytest.mark.parametrize(
+    "build, name, value",
+    [
+        (lambda: EntropyCollapseRule(fraction=0), "fraction", "0"),
+        (lambda: EntropyCollapseRule(window=0), "window", "0"),
+        (lambda: OverestimationRule(ratio=1), "ratio", "1"),
+        (lambda: OverestimationRule(patience=-1), "patience", "-1"),
+        (lambda: LowIntensityRule(minimum=-1), "minimum", "-1"),
+        (lambda: ReturnCollapseRule(drop=1.5), "drop", "1.5"),
+        (lambda: ReturnCollapseRule(baseline="x"), "baseline", "'x'"),
+        (lambda: ThroughputDropRule(history=0), "history", "0"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(build, name, value):
+    with pytest.raises(ValueError, match=rf"`{name}` .* Received: {name}={value}$"):
+        build()
+
+
+def test_default_rules_read_the_metrics_the_monitor_feeds():
+    engine = AlertEngine(default_rl_rules())
+    metrics = {
+        "entropy": {"collect_policy": 0.9},
+        "value/return": {"start_states": 3.0},
+        "training intensity": {"replay": 0.5},
+        "return": {"episodes": 200.0},
+        "env steps/s": {"collection": 1000.0},
+    }
+    assert engine.update(1, metrics) == []
+    engine.update(2, metrics)
+    fired = engine.update(
+        3,
+        {
+            **metrics,
+            "entropy": {"collect_policy": 0.1},
+            "return": {"episodes": 50.0},
+        },
+    )
+    assert sorted(a.title for a in fired) == [
+        "entropy collapse",
+        "return collapse",
+        "training intensity low",
+        "value/return overestimation",
+    ]
