@@ -58,6 +58,27 @@ def tag(statistic: str, subject: str, scope: str | None = None) -> str:
     return f"{statistic}/{scope}/{subject}" if scope else f"{statistic}/{subject}"
 
 
+def variable_statistic(statistic: str) -> bool:
+    """Whether every subject of `statistic` is a variable path (per-variable
+    statistics other than the norm and the non-finite count, which have
+    global and group subjects too).
+
+    Example:
+
+    >>> variable_statistic("grad_std"), variable_statistic("grad_norm")
+    (True, False)
+    """
+    if statistic in ("grad_to_weight", "grad_hist", "weight_hist"):
+        return True
+    kind, _, name = statistic.partition("_")
+    return kind in ("grad", "weight") and name not in (
+        "",
+        "norm",
+        "nonfinite",
+        "missing",
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class ParsedTag:
     """A tag split into its parts."""

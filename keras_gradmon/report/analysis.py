@@ -7,7 +7,6 @@ field of `HealthCriteria`.
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import numpy as np
 
@@ -23,19 +22,7 @@ from keras_gradmon.report.findings import (
     subjects,
 )
 from keras_gradmon.rl.tags import is_rl_alert_scope
-
-_GLOBAL = re.compile(r"^grad_norm/(?:(?P<scope>.+)/)?global$")
-# Per-variable statistics: a subject under one of these is a variable.
-_PER_VARIABLE = (
-    "grad_mean",
-    "grad_std",
-    "grad_min",
-    "grad_max",
-    "grad_max_abs",
-    "grad_zero_fraction",
-    "grad_to_weight",
-    "grad_hist",
-)
+from keras_gradmon.tags import monitor_scopes, variable_statistic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,12 +90,9 @@ class RunReport:
 def scopes(run: Run) -> list[str | None]:
     """The tag scopes in `run` (None: unscoped): of the monitored optimizers
     (`grad_norm/<scope>/global`), of activation monitors and of alerts."""
-    found = set()
+    found = monitor_scopes(run.scalars)
     for tag in run.scalars:
-        match = _GLOBAL.match(tag)
-        if match:
-            found.add(match.group("scope"))
-        elif tag.startswith("activation_std/"):
+        if tag.startswith("activation_std/"):
             subject = tag[len("activation_std/") :]
             found.add(subject.rsplit("/", 1)[0] if "/" in subject else None)
     found.update(
@@ -122,7 +106,8 @@ def scopes(run: Run) -> list[str | None]:
 def _variables(run: Run, scope: str | None) -> tuple[list[str], list[str]]:
     """`(variable paths, group names)` with a `grad_norm` of their own."""
     per_variable = set()
-    for statistic in _PER_VARIABLE:
+    names = {t.partition("/")[0] for t in [*run.scalars, *run.histogram_tags]}
+    for statistic in filter(variable_statistic, names):
         per_variable.update(subjects(run, statistic, scope))
     others = {f"{s}/" for s in scopes(run) if s and s != scope}
     variables, groups = [], []

@@ -13,6 +13,7 @@ import numpy as np
 
 from keras_gradmon.alerts.events import format_number
 from keras_gradmon.report.events import Run
+from keras_gradmon.tags import tag
 
 if TYPE_CHECKING:
     from keras_gradmon.report.analysis import HealthCriteria
@@ -28,8 +29,9 @@ class Finding:
 
 
 def prefix(statistic: str, scope: str | None) -> str:
-    """The start of the tags of `statistic` under `scope`."""
-    return f"{statistic}/{scope}/" if scope else f"{statistic}/"
+    """The start of the tags of `statistic` under `scope` (the tag scheme of
+    `keras_gradmon.tags`)."""
+    return tag(statistic, "", scope)
 
 
 def layer_of(path: str) -> str:
@@ -70,8 +72,12 @@ def _nonfinite_layers(
 
 
 def _norm_finding(
-    layer: str, steps: np.ndarray, values: np.ndarray, late: dict[str, float],
-    typical: float, criteria: HealthCriteria,
+    layer: str,
+    steps: np.ndarray,
+    values: np.ndarray,
+    late: dict[str, float],
+    typical: float,
+    criteria: HealthCriteria,
 ) -> Finding | None:
     """An exploding or vanishing layer, from its finite gradient norms."""
     early = float(np.median(_quarter(values, late=False)))
@@ -137,7 +143,8 @@ def last(run: Run, tag: str) -> tuple[int, float] | None:
 
 
 def _layer_findings(
-    layer: str, get: Callable[[str], tuple[int, float] | None],
+    layer: str,
+    get: Callable[[str], tuple[int, float] | None],
     criteria: HealthCriteria,
 ) -> list[Finding]:
     """Dead units, activation std out of band, saturation of one layer."""
@@ -175,8 +182,7 @@ def _layer_findings(
             Finding(
                 layer,
                 "saturated",
-                f"{saturated[1]:.0%} of its outputs saturated at step "
-                f"{saturated[0]}",
+                f"{saturated[1]:.0%} of its outputs saturated at step {saturated[0]}",
             )
         )
     return findings

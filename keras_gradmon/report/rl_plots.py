@@ -68,8 +68,12 @@ def plot_rl(report: RLReport, path: str) -> None:
     panels_shown = _panels(report)
     plt = pyplot()
     figure, panels = plt.subplots(
-        1 + len(panels_shown), 1, figsize=(8, 2 + 2 * len(panels_shown)), dpi=100,
-        sharex=True, squeeze=False,
+        1 + len(panels_shown),
+        1,
+        figsize=(8, 2 + 2 * len(panels_shown)),
+        dpi=100,
+        sharex=True,
+        squeeze=False,
     )
     panels = panels[:, 0]
     _return_panel(panels[0], report)
