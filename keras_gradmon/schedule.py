@@ -13,6 +13,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 #: Steps above this are rejected: the step is an int64 tensor in the graph.
 MAX_STEP = 2**63 - 1
 #: `any_due` evaluates a callable frequency step by step over at most this
@@ -139,7 +141,8 @@ class Schedule:
         if self.frequency is None:
             return False
         if callable(self.frequency):
-            return bool(self.frequency(tf.constant(step, tf.int64)))
+            # np.int64: TensorFlow caches the tensor of every Python int.
+            return bool(self.frequency(tf.constant(np.int64(step))))
         return step % self.frequency == 0
 
     def _graph_due(self, step: Any) -> Any:

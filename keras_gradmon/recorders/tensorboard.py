@@ -140,7 +140,10 @@ class TensorBoardRecorder:
             return
         with self.writer.as_default():
             tf.summary.experimental.write_raw_pb(
-                summary.SerializeToString(), step=int(step)
+                # A NumPy int, not a Python one: TensorFlow's eager runtime
+                # caches a tensor per distinct Python int it converts (a
+                # new step each write grows that cache without bound).
+                summary.SerializeToString(), step=np.int64(step)
             )
 
 
