@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from keras_gradmon.config_files import monitor_section
+from keras_gradmon.naming import check_groups
 from keras_gradmon.schedule import Frequency, check_frequency
 from keras_gradmon.stats.moments import STATISTICS
-
-_RESERVED_GROUP_NAMES = ("global",)
 
 
 def _is_positive_int(value: object) -> bool:
@@ -124,33 +123,7 @@ class MonitorConfig:
         object.__setattr__(self, "statistics", tuple(value))
 
     def _validate_groups(self) -> None:
-        groups = self.groups
-        if not isinstance(groups, Mapping):
-            _fail("groups", "must be a mapping from group name to regex", groups)
-        for name, pattern in groups.items():
-            if (
-                not isinstance(name, str)
-                or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name)
-                or name in _RESERVED_GROUP_NAMES
-            ):
-                raise ValueError(
-                    "Group names in `groups` must be non-empty strings of "
-                    "letters, digits, '_', '.' or '-', other than 'global'. "
-                    f"Received: groups={dict(groups)!r} (name {name!r})"
-                )
-            if not isinstance(pattern, str):
-                raise ValueError(
-                    f"`groups[{name!r}]` must be a regular expression string. "
-                    f"Received: groups[{name!r}]={pattern!r}"
-                )
-            try:
-                re.compile(pattern)
-            except re.error as error:
-                raise ValueError(
-                    f"`groups[{name!r}]` is not a valid regular expression "
-                    f"({error}). Received: groups[{name!r}]={pattern!r}"
-                ) from None
-        object.__setattr__(self, "groups", dict(groups))
+        object.__setattr__(self, "groups", check_groups(self.groups))
 
     def _validate_clipping(self) -> None:
         clipping = self.clipping
@@ -254,15 +227,7 @@ class MonitorConfig:
         >>> MonitorConfig.from_file("train.yaml")  # doctest: +SKIP
         """
         path = os.fspath(path)
-        options = _read_config_file(path)
-        if isinstance(options, Mapping) and "monitor" in options:
-            options = options["monitor"]
-        if not isinstance(options, Mapping):
-            raise ValueError(
-                f"The monitor config in {path!r} must be a mapping of options "
-                "(or hold one under a top-level `monitor` key). Received: "
-                f"{options!r}"
-            )
+        options = monitor_section(path)
         try:
             return cls.from_dict(options)
         except ValueError as error:
@@ -330,34 +295,3 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "full": {},
 }
-
-
-def _read_config_file(path: str) -> Any:
-    """The parsed contents of a JSON or YAML file; errors name the file."""
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix not in (".json", ".yaml", ".yml"):
-        raise ValueError(
-            f"A config file must end in .json, .yaml or .yml. Received: path={path!r}"
-        )
-    with open(path, encoding="utf-8") as file:
-        text = file.read()
-    if suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ValueError(
-                f"{path!r} is not valid JSON: {error.msg} at line {error.lineno}, "
-                f"column {error.colno}"
-                + (" (the file is empty)" if not text.strip() else "")
-            ) from None
-    try:
-        import yaml
-    except ImportError:
-        raise ValueError(
-            "Reading a YAML config needs PyYAML: pip install "
-            f"'keras-gradmon[yaml]'. Received: path={path!r}"
-        ) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path!r} is not valid YAML: {error}") from None

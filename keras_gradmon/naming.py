@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -66,3 +66,46 @@ def match_groups(groups: dict[str, str], paths: Sequence[str]) -> dict[str, list
                 f"groups[{name!r}]={pattern!r}. Variable paths: {list(paths)}"
             )
     return members
+
+
+#: Group names that tags use for something else.
+RESERVED_GROUP_NAMES = ("global",)
+
+
+def check_groups(groups: object) -> dict[str, str]:
+    """`groups` as a dict, if it maps valid names to valid regexes.
+
+    Example:
+
+    >>> check_groups({"head": "dense_2"})
+    {'head': 'dense_2'}
+    """
+    if not isinstance(groups, Mapping):
+        raise ValueError(
+            "`groups` must be a mapping from group name to regex. "
+            f"Received: groups={groups!r}"
+        )
+    for name, pattern in groups.items():
+        if (
+            not isinstance(name, str)
+            or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name)
+            or name in RESERVED_GROUP_NAMES
+        ):
+            raise ValueError(
+                "Group names in `groups` must be non-empty strings of "
+                "letters, digits, '_', '.' or '-', other than 'global'. "
+                f"Received: groups={dict(groups)!r} (name {name!r})"
+            )
+        if not isinstance(pattern, str):
+            raise ValueError(
+                f"`groups[{name!r}]` must be a regular expression string. "
+                f"Received: groups[{name!r}]={pattern!r}"
+            )
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ValueError(
+                f"`groups[{name!r}]` is not a valid regular expression "
+                f"({error}). Received: groups[{name!r}]={pattern!r}"
+            ) from None
+    return dict(groups)

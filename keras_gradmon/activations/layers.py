@@ -147,6 +147,13 @@ def select_layers(
                 f"layers={layers!r}. The model's layers: {names}"
             )
         return chosen
+    return _named(watched, layers, names)
+
+
+def _named(
+    watched: list[WatchedLayer], layers: Sequence[str], names: list[str]
+) -> list[WatchedLayer]:
+    """The watched layers named in `layers`; an unknown name is an error."""
     by_name = {w.name: w for w in watched}
     unknown = [n for n in layers if n not in by_name]
     if unknown or not layers:

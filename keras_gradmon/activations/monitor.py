@@ -6,22 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from keras_gradmon import _validation, distribute
-from keras_gradmon.activations.layers import (
-    WatchedLayer,
-    check_layers_argument,
-    select_layers,
-)
+from keras_gradmon import distribute
+from keras_gradmon.activations.layers import WatchedLayer, select_layers
+from keras_gradmon.activations.options import ActivationOptions
 from keras_gradmon.activations.probe import ActivationProbe, ActivationSnapshot
-from keras_gradmon.alerts import Alert, AlertEngine, RateLimiter
+from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.defaults import (
     ACTIVATION_STD,
     DEAD_FRACTION,
-    default_activation_rules,
 )
-from keras_gradmon.alerts.runner import Action, AlertDelivery, validate_actions
-from keras_gradmon.schedule import Frequency, Schedule, check_frequency
+from keras_gradmon.alerts.runner import Action
+from keras_gradmon.schedule import Frequency
 
 #: When to measure: every N steps, or a callable from the step (an int64
 #: scalar tensor, evaluated eagerly on the host) to a boolean.
@@ -32,42 +28,6 @@ def _writes_summaries(model: Any) -> bool:
     """False on the non-chief workers of a multi-worker strategy."""
     weights = getattr(model, "weights", None) or []
     return distribute.writes_summaries(weights[0]) if weights else True
-
-
-def check_options(
-    data: Any,
-    layers: Any,
-    every_n_steps: HostFrequency,
-    histogram_buckets: int | None,
-    std_band: tuple[float, float] | None,
-    dead_fraction: float | None,
-    rules: Mapping[str, Rule] | Sequence[Rule] | None,
-    actions: Mapping[str, Action] | None,
-    log_dir: str | None,
-    writer: Any,
-    tag_scope: str | None,
-) -> None:
-    """Checks the options that need no model; raises a ValueError naming the
-    argument (so the callback fails at construction, before `fit`)."""
-    if data is None:
-        raise ValueError(
-            "`data` must be a batch of model inputs to probe the layers "
-            "with (e.g. x_val[:256]). Received: data=None"
-        )
-    check_frequency("every_n_steps", every_n_steps)
-    check_layers_argument(layers)
-    if histogram_buckets is not None:
-        _validation.positive_int("histogram_buckets", histogram_buckets)
-    if rules is None:
-        default_activation_rules(std_band, dead_fraction)
-    validate_actions(actions)
-    if log_dir is not None and writer is not None:
-        raise ValueError(
-            "Pass at most one of `log_dir` and `writer`. Received: "
-            f"log_dir={log_dir!r}, writer={writer!r}"
-        )
-    if tag_scope is not None:
-        _validation.non_empty_string("tag_scope", tag_scope)
 
 
 #: Outputs confined to [0, 1] have a std of at most 0.5: the std band says
@@ -162,21 +122,13 @@ class ActivationMonitor:
         tag_scope: str | None = None,
         forward: Callable[[Any], Any] | None = None,
     ) -> None:
-        check_options(
-            data,
-            layers,
-            every_n_steps,
-            histogram_buckets,
-            std_band,
-            dead_fraction,
-            rules,
-            actions,
-            log_dir,
-            writer,
-            tag_scope,
-        )
+        options = ActivationOptions(
+            data, layers, every_n_steps, histogram_buckets, std_band,
+            dead_fraction, rules, actions, log_dir, writer, jsonl_path,
+            cooldown_steps, max_per_rule, tag_scope,
+        )  # fmt: skip
         self.every_n_steps = every_n_steps
-        self.schedule = Schedule(every_n_steps)
+        self.schedule = options.schedule()
         self.tag_scope = tag_scope
         self.watched: list[WatchedLayer] = select_layers(model, layers)
         if forward is None:
@@ -185,19 +137,8 @@ class ActivationMonitor:
                 return model(batch, training=False)
 
         self.probe = ActivationProbe(self.watched, forward, data, histogram_buckets)
-        if rules is None:
-            rules = default_activation_rules(std_band, dead_fraction)
-        self.engine = AlertEngine(
-            rules, RateLimiter(cooldown_steps=cooldown_steps, max_per_rule=max_per_rule)
-        )
-        self.delivery = AlertDelivery(
-            actions,
-            log_dir=log_dir,
-            writer=writer,
-            jsonl_path=jsonl_path,
-            tag_scope=tag_scope,
-            writes=lambda: _writes_summaries(model),
-        )
+        self.engine, self.delivery = options.alerting()
+        self.delivery.writes = lambda: _writes_summaries(model)
         self.recorder = self.delivery.recorder
         #: The most recent measurement, or None.
         self.latest: ActivationSnapshot | None = None

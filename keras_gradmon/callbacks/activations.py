@@ -8,11 +8,8 @@ from typing import Any
 
 import keras
 
-from keras_gradmon.activations.monitor import (
-    ActivationMonitor,
-    HostFrequency,
-    check_options,
-)
+from keras_gradmon.activations.monitor import ActivationMonitor, HostFrequency
+from keras_gradmon.activations.options import ActivationOptions
 from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.runner import Action
@@ -87,35 +84,11 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
     ) -> None:
         super().__init__()
         # Everything that can be checked without the model, checked now.
-        check_options(
-            data,
-            layers,
-            every_n_steps,
-            histogram_buckets,
-            std_band,
-            dead_fraction,
-            rules,
-            actions,
-            log_dir,
-            writer,
-            tag_scope,
-        )
-        self._options = dict(
-            data=data,
-            layers=layers,
-            every_n_steps=every_n_steps,
-            histogram_buckets=histogram_buckets,
-            std_band=std_band,
-            dead_fraction=dead_fraction,
-            rules=rules,
-            actions=actions,
-            log_dir=log_dir,
-            writer=writer,
-            jsonl_path=jsonl_path,
-            cooldown_steps=cooldown_steps,
-            max_per_rule=max_per_rule,
-            tag_scope=tag_scope,
-        )
+        self._options = ActivationOptions(
+            data, layers, every_n_steps, histogram_buckets, std_band,
+            dead_fraction, rules, actions, log_dir, writer, jsonl_path,
+            cooldown_steps, max_per_rule, tag_scope,
+        )  # fmt: skip
         self.monitor: ActivationMonitor | None = None
         self._steps = StepTracker()
         self._previous: int | None = None
@@ -130,7 +103,7 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
     def set_model(self, model: Any) -> None:
         super().set_model(model)
         if self.monitor is None or self._monitored_model is not model:
-            self.monitor = ActivationMonitor(model, **self._options)
+            self.monitor = ActivationMonitor(model, **self._options.as_kwargs())
             self._monitored_model = model
 
     def on_train_begin(self, logs: dict | None = None) -> None:

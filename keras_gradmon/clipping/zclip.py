@@ -96,6 +96,20 @@ class ZClip:
             "var": ((), "float32", 0.0),
         }
 
+    def _spike(
+        self, norm: tf.Tensor, mean: tf.Tensor, std: tf.Tensor
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """`(is a spike, the threshold to clip it to)` of `mode`."""
+        z_t = self.z_threshold
+        if self.mode == "reciprocal":
+            z = (norm - mean) / (std + self.eps)
+            spike = z > z_t
+            # z > z_t > 0 wherever the threshold is used; 1 avoids 0 / 0.
+            safe_z = tf.where(spike, z, tf.ones_like(z))
+            return spike, mean + (z_t * z_t / safe_z) * std
+        threshold = mean + z_t * std
+        return norm > threshold, threshold
+
     def clip(
         self,
         grads: list[tf.Tensor],
@@ -120,17 +134,7 @@ class ZClip:
         warm_var = var + (delta * (norm - warm_mean) - var) / n
 
         # After warm-up: spike detection against the statistics so far.
-        std = tf.sqrt(var)
-        z_t = self.z_threshold
-        if self.mode == "reciprocal":
-            z = (norm - mean) / (std + self.eps)
-            spike = z > z_t
-            # z > z_t > 0 wherever the threshold is used; 1 avoids 0 / 0.
-            safe_z = tf.where(spike, z, tf.ones_like(z))
-            threshold = mean + (z_t * z_t / safe_z) * std
-        else:
-            threshold = mean + z_t * std
-            spike = norm > threshold
+        spike, threshold = self._spike(norm, mean, tf.sqrt(var))
         spike = tf.logical_and(spike, tf.logical_and(finite, ~warming))
         effective = tf.where(spike, threshold, norm)
         alpha = self.alpha

@@ -1,0 +1,82 @@
+"""`ActivationOptions`: everything an activation monitor is configured with,
+checked without the model (so a callback fails at construction, not at
+`fit`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from keras_gradmon import _validation
+from keras_gradmon.activations.layers import check_layers_argument
+from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.defaults import default_activation_rules
+from keras_gradmon.alerts.engine import AlertEngine
+from keras_gradmon.alerts.runner import Action, AlertDelivery, alerting
+from keras_gradmon.schedule import Frequency, Schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class ActivationOptions:
+    """The options of `ActivationMonitor` (see there for each), validated.
+
+    Example:
+
+    >>> ActivationOptions(data=x_val[:256], every_n_steps=0)  # doctest: +SKIP
+    ValueError: `every_n_steps` must be a positive integer ...
+    """
+
+    data: Any
+    layers: str | Sequence[str] | None = None
+    every_n_steps: Frequency = 100
+    histogram_buckets: int | None = 30
+    std_band: tuple[float, float] | None = (0.5, 2.0)
+    dead_fraction: float | None = 0.25
+    rules: Mapping[str, Rule] | Sequence[Rule] | None = None
+    actions: Mapping[str, Action] | None = None
+    log_dir: str | None = None
+    writer: Any = None
+    jsonl_path: str | None = None
+    cooldown_steps: int = 0
+    max_per_rule: int | None = None
+    tag_scope: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.data is None:
+            raise ValueError(
+                "`data` must be a batch of model inputs to probe the layers "
+                "with (e.g. x_val[:256]). Received: data=None"
+            )
+        check_layers_argument(self.layers)
+        if self.histogram_buckets is not None:
+            _validation.positive_int("histogram_buckets", self.histogram_buckets)
+        if self.tag_scope is not None:
+            _validation.non_empty_string("tag_scope", self.tag_scope)
+        self.schedule()
+        self.alerting()
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The options as `ActivationMonitor` keyword arguments (shallow)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def schedule(self) -> Schedule:
+        """When to measure (validates `every_n_steps`)."""
+        return Schedule(self.every_n_steps)
+
+    def alerting(self) -> tuple[AlertEngine, AlertDelivery]:
+        """The alert engine and delivery (validates the alert options)."""
+        rules = self.rules
+        if rules is None:
+            rules = default_activation_rules(self.std_band, self.dead_fraction)
+        engine, delivery = alerting(
+            rules,
+            self.actions,
+            self.log_dir,
+            self.writer,
+            self.jsonl_path,
+            self.cooldown_steps,
+            self.max_per_rule,
+        )
+        delivery.tag_scope = self.tag_scope
+        return engine, delivery
