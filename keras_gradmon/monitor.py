@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from keras_gradmon.clipping import global_norm_of
@@ -250,26 +251,35 @@ class GradientMonitor:
 
     def snapshot(self) -> Snapshot:
         """The latest scalar statistics as NumPy data (one host read)."""
-        step, values = self.state.read_scalars()
-        return Snapshot(
-            step, tuple(self.paths), tuple(self.group_members), values, self.layout
-        )
+        return self.scalar_values(*self.state.read_scalars())
 
     def histogram_snapshot(self) -> HistogramSnapshot | None:
         """The latest histograms as NumPy data, or None if histograms are off."""
-        values = self.state.read_histograms()
-        if values is None:
-            return None
-        grad_range = values["grad_range"]
+        captured = self.state.capture_histograms()
+        return None if captured is None else self.histogram_values(*captured)
+
+    def histogram_values(
+        self, step: Any, counts: Any, ranges: Any
+    ) -> HistogramSnapshot:
+        """A `HistogramSnapshot` of captured `(step, counts, ranges)`."""
+        counts, ranges, n = np.asarray(counts), np.asarray(ranges), len(self.paths)
+        weights = self.layout.weights
         return HistogramSnapshot(
-            step=values["step"],
+            step=int(step),
             paths=tuple(self.paths),
-            grad_counts=values["grad_counts"],
-            grad_range=grad_range[:, :2],
-            weight_counts=values.get("weight_counts"),
-            weight_range=values.get("weight_range"),
-            has_grad=grad_range[:, 2] > 0,
+            grad_counts=counts[:n],
+            grad_range=ranges[:n, :2],
+            weight_counts=counts[n:] if weights else None,
+            weight_range=ranges[n:, :2] if weights else None,
+            has_grad=ranges[:n, 2] > 0,
         )
+
+    def scalar_values(self, step: Any, values: Any) -> Snapshot:
+        """A `Snapshot` of captured `(step, values)`."""
+        return Snapshot(
+            int(step), tuple(self.paths), tuple(self.group_members),
+            np.asarray(values), self.layout,
+        )  # fmt: skip
 
 
 __all__ = ["ClipOutcome", "Due", "GradientMonitor", "Processed"]

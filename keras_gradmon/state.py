@@ -166,8 +166,27 @@ class HistogramSnapshot:
     has_grad: np.ndarray
 
 
+def _reader(variable: Any) -> Callable[[], tf.Tensor]:
+    """A cheap eager read of `variable`: the raw `ReadVariableOp` (about 8 us)
+    for a plain resource variable, `tf.identity` for anything else (a
+    distributed variable). The tensor read is a snapshot: a later assign
+    writes a new buffer while a reader holds the old one."""
+    from tensorflow.python.ops import gen_resource_variable_ops
+
+    inner = getattr(variable, "value", variable)  # a Keras 3 variable's tf one
+    if type(inner).__name__ == "ResourceVariable":
+        handle, dtype = inner.handle, inner.dtype
+        return lambda: gen_resource_variable_ops.read_variable_op(handle, dtype)
+    return lambda: tf.identity(variable)
+
+
 class MonitorState:
     """The variables that hold the most recent statistics.
+
+    Every scalar of a summary lives in one flat float32 variable, `values`,
+    in `Layout` order; the histograms in two (`hist_counts`, `hist_ranges`,
+    the gradients' rows then the weights'). A summary step assigns a few
+    variables, and the host reads one or two.
 
     Args:
         make_variable: Creates one variable (see `VariableFactory`); each
@@ -182,81 +201,72 @@ class MonitorState:
     ) -> None:
         self.layout = layout
         self.stats_step = make_variable("stats_step", (), "int64", NO_STEP)
+        self.values = make_variable("values", (layout.size,), "float32", 0)
         # Every step: the skipped steps so far, and [steps, clipped steps]
         # since the last summary.
         self.skipped = make_variable("skipped_steps", (), "int64", 0)
         self.clip_counts = make_variable("clip_counts", (2,), "int64", 0)
-        self.scalars = {
-            name: make_variable(name, shape, "float32", 0)
-            for name, shape in layout.scalar_fields()
-        }
         self.clip = {
             name: make_variable(f"clip_{name}", shape, dtype, initial)
             for name, (shape, dtype, initial) in (clip_spec or {}).items()
         }
-        self.hist_step = self.histograms = None
+        self.hist_step = self.hist_counts = self.hist_ranges = None
         if layout.buckets is not None:
+            rows = layout.num_variables * (2 if layout.weights else 1)
             self.hist_step = make_variable("hist_step", (), "int64", NO_STEP)
-            self.histograms = {
-                name: make_variable(name, shape, dtype, 0)
-                for name, shape, dtype in self._histogram_fields()
-            }
-        self._read_scalars = tf.function(self._scalar_values, autograph=False)
-        self._read_histograms = tf.function(self._histogram_values, autograph=False)
-
-    def _histogram_fields(self) -> list[tuple[str, tuple, str]]:
-        n, k = self.layout.num_variables, self.layout.buckets
-        fields = [("grad_counts", (n, k), "int32"), ("grad_range", (n, 3), "float32")]
-        if self.layout.weights:
-            fields += [
-                ("weight_counts", (n, k), "int32"),
-                ("weight_range", (n, 2), "float32"),
-            ]
-        return fields
+            shape = (rows, layout.buckets)
+            self.hist_counts = make_variable("hist_counts", shape, "int32", 0)
+            self.hist_ranges = make_variable("hist_ranges", (rows, 3), "float32", 0)
+        self._read_stats_step = _reader(self.stats_step)
+        self._read_values = _reader(self.values)
 
     # Inside the step -------------------------------------------------------
 
     def record(self, step: tf.Tensor, measurement: Measurement) -> None:
-        """Assigns a summary step's numbers, field by field."""
-        for name, variable in self.scalars.items():
-            value = (
-                measurement.totals.stack()
-                if name == "totals"
-                else getattr(measurement, name)
-            )
-            variable.assign(value)
+        """Assigns a summary step's numbers: each field (by name) at its
+        place in the flat vector."""
+        parts = []
+        for name, _ in self.layout.scalar_fields():
+            value = getattr(measurement, name)
+            value = value.stack() if name == "totals" else value
+            parts.append(tf.reshape(tf.cast(value, tf.float32), [-1]))
+        self.values.assign(tf.concat(parts, 0))
         self.stats_step.assign(step)
 
     def record_histograms(self, step: tf.Tensor, hist: HistogramMeasurement) -> None:
-        """Assigns a histogram step's bucket counts, field by field."""
-        for name, variable in self.histograms.items():
-            variable.assign(getattr(hist, name))
+        """Assigns a histogram step's bucket counts and ranges (gradient rows,
+        then weight rows)."""
+        counts, ranges = [hist.grad_counts], [hist.grad_range]
+        if self.layout.weights:
+            counts.append(hist.weight_counts)
+            present = tf.ones([self.layout.num_variables, 1])
+            ranges.append(tf.concat([hist.weight_range, present], 1))
+        self.hist_counts.assign(tf.concat(counts, 0))
+        self.hist_ranges.assign(tf.concat(ranges, 0))
         self.hist_step.assign(step)
 
     # Host side -------------------------------------------------------------
-
-    def _scalar_values(self) -> tuple[tf.Tensor, tf.Tensor]:
-        flat = [tf.reshape(v, [-1]) for v in self.scalars.values()]
-        return tf.identity(self.stats_step), tf.concat(flat, 0)
-
-    def _histogram_values(self) -> dict[str, tf.Tensor]:
-        values = {name: tf.identity(v) for name, v in self.histograms.items()}
-        return {"step": tf.identity(self.hist_step), **values}
 
     def steps(self) -> tuple[int, int]:
         """`(stats_step, hist_step)` of the latest records (-1: none)."""
         hist = int(self.hist_step.numpy()) if self.hist_step is not None else NO_STEP
         return int(self.stats_step.numpy()), hist
 
+    def capture_scalars(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """`(step, values)` as tensors, without waiting for them: two raw
+        variable reads, cheap enough for the training thread; a consumer
+        turns them into NumPy later (`numpy_scalars`)."""
+        return self._read_stats_step(), self._read_values()
+
     def read_scalars(self) -> tuple[int, np.ndarray]:
-        """`(step, flat values)` of the latest summary, read together."""
-        step, values = self._read_scalars()
+        """`(step, flat values)` of the latest summary, as NumPy data."""
+        step, values = self.capture_scalars()
         return int(step), np.asarray(values)
 
-    def read_histograms(self) -> dict[str, Any] | None:
-        """The latest histograms (and their `step`), or None when off."""
-        if self.histograms is None:
+    def capture_histograms(self) -> tuple[tf.Tensor, ...] | None:
+        """`(step, counts, ranges)` as tensors, or None when off."""
+        if self.hist_step is None:
             return None
-        values = {k: np.asarray(v) for k, v in self._read_histograms().items()}
-        values["step"] = int(values["step"])
-        return values
+        return tuple(
+            tf.identity(v) for v in (self.hist_step, self.hist_counts, self.hist_ranges)
+        )

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import keras_gradmon
 from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
-from keras_gradmon.recorders.writer import MonitorWriter
+from keras_gradmon.state import MonitorState
 from tests.helpers import LOSS, data, gradients, mlp
 from tests.reference import (
     histogram_series,
@@ -147,10 +147,13 @@ def test_tag_scope_and_statistic_selection(tmp_path):
 
 def test_reads_from_the_device_only_when_a_summary_is_due(tmp_path, monkeypatch):
     calls = []
-    original = MonitorWriter.write
-    monkeypatch.setattr(
-        MonitorWriter, "write", lambda self: calls.append(1) or original(self)
-    )
+    for name in ("capture_scalars", "steps"):  # every read of the state
+        original = getattr(MonitorState, name)
+        monkeypatch.setattr(
+            MonitorState,
+            name,
+            lambda self, _original=original: calls.append(1) or _original(self),
+        )
     x, y = data(n=160)
     model = mlp()
     optimizer = GradientMonitorOptimizer(
@@ -160,7 +163,8 @@ def test_reads_from_the_device_only_when_a_summary_is_due(tmp_path, monkeypatch)
     callback = GradientSummaryCallback(str(tmp_path))
     for _ in range(2):  # repeated fits resume at step 10, 20
         model.fit(x, y, batch_size=16, verbose=0, callbacks=[callback])
-    # Due batches: steps 0, 4, 8 then 12, 16; plus epoch and train end.
+    # Due batches: steps 0, 4, 8 then 12, 16 (a capture each); plus a look
+    # at the steps at epoch end and train end (nothing fresh then).
     assert len(calls) == 3 + 2 + 2 * 2
     steps = scalar_series(load_events(str(tmp_path)), "grad_norm/global").keys()
     assert steps == {0, 4, 8, 12, 16}

@@ -42,8 +42,9 @@ class GradientSummaryCallback(keras.callbacks.Callback):
     at the optimizer's configured frequencies, with the optimizer's step;
     the global gradient norm also goes into Keras `logs` under `logs_key`
     (progress bar, `History`, `CSVLogger`). On steps without fresh
-    statistics the callback reads nothing from the device. The event file
-    is closed when training ends.
+    statistics the callback reads nothing from the device; on the others it
+    takes two raw variable reads and leaves reading back and writing to a
+    worker thread. The event file is closed when training ends.
 
     Args:
         log_dir: Directory for the event file (created lazily). Use a
@@ -85,7 +86,6 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         self._logs: KerasLogsRecorder | None = None
         self._writer: MonitorWriter | None = None
         self._steps = StepTracker()
-        self._pending = False
 
     @property
     def monitor_writer(self) -> MonitorWriter:
@@ -99,7 +99,10 @@ class GradientSummaryCallback(keras.callbacks.Callback):
             )
             recorders = [self._tensorboard, self._logs, *self._extra]
             self._writer = MonitorWriter(
-                monitored.monitor, recorders, monitored._monitor_name()
+                monitored.monitor,
+                recorders,
+                monitored._monitor_name(),
+                asynchronous=True,
             )
         return self._writer
 
@@ -108,24 +111,25 @@ class GradientSummaryCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.monitor_writer  # noqa: B018 - resolves the optimizer now
-        self._pending = False
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._steps.start_epoch(optimizer_step(self._monitored()))
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         first, end = self._steps.batch_end(batch)
-        monitor = self.monitor_writer.monitor
-        due = monitor.schedule.any_due(first, end) or (
-            monitor.histogram_schedule.any_due(first, end)
-        )
-        if due or self._pending:
-            # Not found: a skipped step delayed it; look until it shows up.
-            self._pending = not self.monitor_writer.write()
+        writer = self.monitor_writer
+        monitor = writer.monitor
+        scalars = monitor.schedule.any_due(first, end)
+        histograms = monitor.histogram_schedule.any_due(first, end)
+        # After a look that found nothing (a skipped step delayed the
+        # summary): look after every step until it shows up.
+        missed = writer.missed
+        if scalars or histograms or missed:
+            writer.capture(scalars or missed, histograms or missed)
         self._logs.update(logs)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self.monitor_writer.write()
+        self.monitor_writer.write()  # what is queued first, then what is fresh
         self.monitor_writer.flush()
         self._logs.update(logs)
 

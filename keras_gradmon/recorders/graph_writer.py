@@ -86,7 +86,7 @@ def write_recorded(
 
 
 def _write_scalars(monitor: GradientMonitor, step: tf.Tensor, present: set) -> None:
-    flat = tf.concat([tf.reshape(v, [-1]) for v in monitor.state.scalars.values()], 0)
+    flat = tf.convert_to_tensor(monitor.state.values)
     for entry in monitor.tags.graph_scalars(present):
         value = flat[entry.index]
         if entry.optional:  # written only while finite, as on the host
@@ -103,15 +103,16 @@ def _write_histograms(monitor: GradientMonitor, step: tf.Tensor, present: set) -
     metadata = histogram_metadata.create_summary_metadata(
         display_name="", description=""
     )
-    values = {k: tf.convert_to_tensor(v) for k, v in monitor.state.histograms.items()}
+    counts = tf.convert_to_tensor(monitor.state.hist_counts)
+    ranges = tf.convert_to_tensor(monitor.state.hist_ranges)
+    rows = len(monitor.paths)
     for entry in monitor.tags.histograms:
         if entry.kind == "grad" and entry.row not in present:
             continue
-        counts = values[f"{entry.kind}_counts"][entry.row]
-        value_range = values[f"{entry.kind}_range"][entry.row, :2]
+        row = entry.row + (rows if entry.kind == "weight" else 0)
         tf.summary.write(
             entry.tag,
-            histogram_rows_graph(counts, value_range),
+            histogram_rows_graph(counts[row], ranges[row, :2]),
             step=step,
             metadata=metadata,
         )

@@ -1,5 +1,6 @@
 """`MonitorWriter`: hands a monitor's fresh statistics to its recorders, once
-each; `write_summaries`, the one call a custom training loop needs."""
+each, from a worker thread; `write_summaries`, the one call a custom
+training loop needs."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from keras_gradmon.recorders import claims
 from keras_gradmon.recorders.base import Recorder
 from keras_gradmon.recorders.buckets import histogram_rows
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+from keras_gradmon.recorders.worker import Worker
 from keras_gradmon.state import NO_STEP, HistogramSnapshot, Snapshot
 
 
@@ -34,17 +36,27 @@ def histogram_values(monitor: GradientMonitor, snapshot: HistogramSnapshot) -> d
 
 
 class MonitorWriter:
-    """Writes what a `GradientMonitor` recorded to `recorders`, skipping what
-    was already written.
+    """Writes what a `GradientMonitor` recorded to `recorders`, each step once.
+
+    `capture()` is what the training thread calls after a step that may
+    have recorded: two raw variable reads (tens of microseconds), no wait
+    for the device. With `asynchronous=True` a worker thread then reads the
+    numbers, builds the tags and writes them; its queue is bounded
+    (`capture` waits when it is full: back-pressure, not memory), and it
+    flushes the recorders whenever it runs dry, so everything captured
+    lands in the files even if training stops with an exception. `close()`
+    drains the queue, writes what is fresh and closes the recorders.
 
     Under a multi-worker strategy only the chief writes (TensorFlow's
     `strategy.extended.should_save_summary`); the other workers read the
-    same numbers (`latest`, for Keras logs and alerts) and write nothing.
+    same numbers (`latest`, for Keras logs) and write nothing.
 
     Args:
         monitor: The monitor (a wrapper's `.monitor`).
         recorders: Where to write.
         label: How errors name the monitored optimizer.
+        asynchronous: Read back and write on a worker thread.
+        queue_size: The most captures waiting for the worker.
 
     Example:
 
@@ -54,7 +66,12 @@ class MonitorWriter:
     """
 
     def __init__(
-        self, monitor: GradientMonitor, recorders: Sequence[Recorder], label: str = ""
+        self,
+        monitor: GradientMonitor,
+        recorders: Sequence[Recorder],
+        label: str = "",
+        asynchronous: bool = False,
+        queue_size: int = 32,
     ) -> None:
         self.monitor = monitor
         self.recorders = list(recorders)
@@ -62,7 +79,13 @@ class MonitorWriter:
         self.written_stats_step = NO_STEP
         self.written_hist_step = NO_STEP
         self.latest: Snapshot | None = None
+        #: Whether the last look found no fresh summary where one was due (a
+        #: skipped step delays it): the caller looks again after each step.
+        self.missed = False
         self._claimed = False
+        self._worker = (
+            Worker(self._process, self.flush, queue_size) if asynchronous else None
+        )
 
     @property
     def writes(self) -> bool:
@@ -78,42 +101,87 @@ class MonitorWriter:
                 claims.claim(recorder.destination, scope, self.monitor, self.label)
         self._claimed = True
 
+    def capture(self, scalars: bool = True, histograms: bool = False) -> None:
+        """Takes the current statistics (and histograms) for writing: on the
+        worker thread if asynchronous, else now."""
+        if not self.monitor.built:
+            return
+        self._claim()
+        state = self.monitor.state
+        item = (
+            state.capture_scalars() if scalars else None,
+            state.capture_histograms() if histograms else None,
+        )
+        if self._worker is None:
+            self._process(item)
+        else:
+            self._worker.put(item)
+
+    def _process(self, item: tuple) -> None:
+        scalars, histograms = item
+        fresh = False
+        if scalars is not None:
+            step = int(scalars[0])
+            fresh = step not in (NO_STEP, self.written_stats_step)
+            if fresh:
+                self._write_scalars(self.monitor.scalar_values(*scalars))
+        if histograms is not None and int(histograms[0]) not in (
+            NO_STEP,
+            self.written_hist_step,
+        ):
+            fresh = True
+            self._write_histograms(self.monitor.histogram_values(*histograms))
+        self.missed = not fresh
+
     def write(self) -> bool:
-        """Writes fresh scalars and histograms; returns whether there were
-        any (on a non-chief worker: whether there were any to write)."""
+        """Writes fresh scalars and histograms now, after whatever is queued;
+        returns whether there were any."""
         if not self.monitor.built:
             return False
-        self._claim()
+        self.drain()
         stats_step, hist_step = self.monitor.state.steps()
         fresh_stats = stats_step not in (NO_STEP, self.written_stats_step)
         fresh_hist = hist_step not in (NO_STEP, self.written_hist_step)
-        writes = self.writes
-        if fresh_stats:
-            self._write_scalars(self.monitor.snapshot(), writes)
-        if fresh_hist:
-            histograms = self.monitor.histogram_snapshot()
-            if writes:
-                values = histogram_values(self.monitor, histograms)
-                for recorder in self.recorders:
-                    recorder.write_histograms(values, histograms.step)
-            self.written_hist_step = histograms.step
+        if fresh_stats or fresh_hist:
+            self._claim()
+            self._process(
+                (
+                    self.monitor.state.capture_scalars() if fresh_stats else None,
+                    self.monitor.state.capture_histograms() if fresh_hist else None,
+                )
+            )
         return fresh_stats or fresh_hist
 
-    def _write_scalars(self, snapshot: Snapshot, writes: bool) -> None:
-        if writes:
+    def _write_scalars(self, snapshot: Snapshot) -> None:
+        if self.writes:
             values = self.monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
             for recorder in self.recorders:
                 recorder.write_scalars(values, snapshot.step)
         self.written_stats_step = snapshot.step
         self.latest = snapshot
 
+    def _write_histograms(self, snapshot: HistogramSnapshot) -> None:
+        if self.writes:
+            values = histogram_values(self.monitor, snapshot)
+            for recorder in self.recorders:
+                recorder.write_histograms(values, snapshot.step)
+        self.written_hist_step = snapshot.step
+
+    def drain(self) -> None:
+        """Waits until every capture so far is written (re-raising a
+        worker's error here, on the caller's thread)."""
+        if self._worker is not None:
+            self._worker.drain()
+
     def flush(self) -> None:
         for recorder in self.recorders:
             recorder.flush()
 
     def close(self) -> None:
-        """Writes what is fresh, then closes every recorder."""
+        """Drains, writes what is fresh, then closes every recorder."""
         self.write()
+        if self._worker is not None:
+            self._worker.stop()
         for recorder in self.recorders:
             recorder.close()
 
