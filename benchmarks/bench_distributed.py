@@ -67,7 +67,7 @@ VARIANTS = {
 TARGETS = {"B": 1.05}
 
 
-def epoch_runner(strategy, variant: str, layers, x, y, batch: int, log_dir: str):
+def epoch_runner(strategy, variant: str, spec, x, y, log_dir: str):
     """Builds and compiles the model of `variant`; returns a one-epoch callable."""
     options, with_callback = VARIANTS[variant]
     with strategy.scope():
@@ -75,7 +75,7 @@ def epoch_runner(strategy, variant: str, layers, x, y, batch: int, log_dir: str)
         optimizer = keras.optimizers.Adam(1e-3)
         if options is not None:
             optimizer = GradientMonitorOptimizer(optimizer, **options)
-        model = keras.Sequential(layers())
+        model = spec.build()
         model.compile(
             optimizer,
             keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -84,7 +84,7 @@ def epoch_runner(strategy, variant: str, layers, x, y, batch: int, log_dir: str)
     callbacks = [GradientSummaryCallback(log_dir)] if with_callback else []
 
     def one_epoch() -> None:
-        model.fit(x, y, batch_size=batch, epochs=1, verbose=0, callbacks=callbacks)
+        model.fit(x, y, batch_size=spec.batch, epochs=1, verbose=0, callbacks=callbacks)
 
     return one_epoch
 
@@ -99,7 +99,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_distributed_") as root:
         for name in models:
             rows += bench_model(
-                name, reps, args.quick, root, make_unit, VARIANTS, TARGETS
+                name, reps, args.steps, root, make_unit, VARIANTS, TARGETS
             )
     print_results(rows, env, reps, args)
 
