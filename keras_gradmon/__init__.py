@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.rl.observer import EpisodeObserver  # noqa: F401
     from keras_gradmon.schedule import Schedule  # noqa: F401
     from keras_gradmon.state import HistogramSnapshot, Snapshot  # noqa: F401
-    from keras_gradmon.stats.moments import STATISTICS  # noqa: F401
+    from keras_gradmon.stats.batched import STATISTICS  # noqa: F401
 
 __version__ = "0.2.0"
 
@@ -53,7 +53,7 @@ _EXPORTS = {
     "MonitorConfig": "keras_gradmon.config",
     "MonitoredOptimizer": "keras_gradmon.adapters.base",
     "RLHealthMonitor": "keras_gradmon.rl.monitor",
-    "STATISTICS": "keras_gradmon.stats.moments",
+    "STATISTICS": "keras_gradmon.stats.batched",
     "Schedule": "keras_gradmon.schedule",
     "Snapshot": "keras_gradmon.state",
     "wrap": "keras_gradmon.adapters",

@@ -11,7 +11,7 @@ from typing import Any
 from keras_gradmon.config_files import monitor_section
 from keras_gradmon.naming import check_groups
 from keras_gradmon.schedule import Frequency, check_frequency
-from keras_gradmon.stats.moments import STATISTICS
+from keras_gradmon.stats.batched import STATISTICS
 
 
 def _is_positive_int(value: object) -> bool:

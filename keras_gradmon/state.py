@@ -21,7 +21,7 @@ from keras_gradmon.measurement import (
     HistogramMeasurement,
     Measurement,
 )
-from keras_gradmon.stats.moments import STATISTICS
+from keras_gradmon.stats.batched import STATISTICS
 
 #: Columns of the per-variable matrices: the statistics, then whether the
 #: variable had a gradient at that step (1.0) or not (0.0).

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import tensorflow as tf
 
-from keras_gradmon.graph import gate
+from keras_gradmon.stats.batched import batched_global_norm
 
 #: {variable name: (shape, dtype name, initial value)}.
 StateSpec = dict[str, tuple[tuple[int, ...], str, float]]
@@ -35,10 +35,11 @@ class GlobalNorm:
     """The L2 norm of all gradient elements, three ways.
 
     Attributes:
-        fast: float32, exactly `tf.linalg.global_norm` (Inf when the float32
-            squares overflow, NaN when an element is NaN).
+        fast: float32: `tf.linalg.global_norm` bit for bit wherever that is
+            finite; else `exact` in float32 (Inf past float32's largest
+            value, NaN when an element is NaN).
         exact: float64, the true norm: finite whenever every element is,
-            even when `fast` overflowed (gradients around 1e30).
+            even when float32 squares overflow (gradients around 1e30).
         finite: bool, whether every gradient element is finite.
     """
 
@@ -63,43 +64,23 @@ class ClipResult:
     post_norm: tf.Tensor
 
 
-def _same_dtype(grads: list[tf.Tensor]) -> list[tf.Tensor]:
-    dtype = tf.float64 if any(g.dtype == tf.float64 for g in grads) else tf.float32
-    return [g if g.dtype == dtype else tf.cast(g, dtype) for g in grads]
-
-
 def global_norm_of(grads: list[tf.Tensor]) -> GlobalNorm:
     """The global norm of `grads`, overflow-safe.
 
     The common case is one pass: `tf.linalg.global_norm` itself. Only when
-    that is not finite does a conditional branch look again: it tells real
-    NaN/Inf elements from float32 squares that overflowed, and sums the
-    squares in float64, where 3e38 squared still fits.
+    that is not finite does a conditional look again
+    (`keras_gradmon.stats.batched_global_norm`): it tells real NaN/Inf
+    elements from float32 squares that overflowed, and computes the norm
+    scaled, in float64, where a norm above float32's largest value fits.
 
     Example:
 
     >>> norm = global_norm_of([tf.constant([3e30, 4e30])])
     >>> float(norm.fast), float(norm.exact), bool(norm.finite)
-    (inf, 5e+30, True)
+    (5.000000097748977e+30, 5.000000097748977e+30, True)
     """
-    dense = _same_dtype([tf.convert_to_tensor(g) for g in grads])
-    if not dense:
-        zero = tf.constant(0.0)
-        return GlobalNorm(zero, tf.constant(0.0, tf.float64), tf.constant(True))
-    fast = tf.cast(tf.linalg.global_norm(dense), tf.float32)
-
-    def quick() -> tuple[tf.Tensor, tf.Tensor]:
-        return tf.cast(fast, tf.float64), tf.constant(True)
-
-    def careful() -> tuple[tf.Tensor, tf.Tensor]:
-        finite = tf.reduce_all(
-            tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in dense])
-        )
-        squares = [tf.reduce_sum(tf.square(tf.cast(g, tf.float64))) for g in dense]
-        return tf.sqrt(tf.add_n(squares)), finite
-
-    exact, finite = gate(tf.math.is_finite(fast), quick, careful)
-    return GlobalNorm(fast, exact, finite)
+    exact, finite = batched_global_norm(grads)
+    return GlobalNorm(tf.cast(exact, tf.float32), exact, finite)
 
 
 def scale_by_global_norm(

@@ -2,46 +2,25 @@
 
 Everything here is plain tensor math: no `tf.summary`, no string ops, no
 Python control flow on tensor values, so it compiles under
-`tf.function(jit_compile=True)`.
+`tf.function(jit_compile=True)`. `batched.py` computes the statistics and
+histograms of many tensors in one program that does not grow with their
+number; the per-tensor functions are its one-tensor case.
 """
 
-from __future__ import annotations
-
-from collections.abc import Sequence
-
-import tensorflow as tf
-
-from keras_gradmon.stats.histogram import bucket_counts
-from keras_gradmon.stats.moments import (
+from keras_gradmon.stats.batched import (
     STATISTICS,
-    stack_statistics,
-    tensor_statistics,
+    batched_bucket_counts,
+    batched_global_norm,
+    batched_statistics,
 )
+from keras_gradmon.stats.histogram import bucket_counts
+from keras_gradmon.stats.moments import stack_statistics, tensor_statistics
 from keras_gradmon.stats.norms import combine_norms
-
-
-def batched_statistics(
-    tensors: Sequence[tf.Tensor], names: Sequence[str] = STATISTICS
-) -> tf.Tensor:
-    """TEMPORARY per-tensor stand-in: `[len(tensors), len(STATISTICS)]`."""
-    if not tensors:
-        return tf.zeros([0, len(STATISTICS)])
-    return tf.stack([stack_statistics(t, names) for t in tensors])
-
-
-def batched_bucket_counts(
-    tensors: Sequence[tf.Tensor], buckets: int
-) -> tuple[tf.Tensor, tf.Tensor]:
-    """TEMPORARY per-tensor stand-in: `(counts [V, buckets], ranges [V, 2])`."""
-    if not tensors:
-        return tf.zeros([0, buckets], tf.int32), tf.zeros([0, 2])
-    pairs = [bucket_counts(t, buckets) for t in tensors]
-    return tf.stack([c for c, _ in pairs]), tf.stack([r for _, r in pairs])
-
 
 __all__ = [
     "STATISTICS",
     "batched_bucket_counts",
+    "batched_global_norm",
     "batched_statistics",
     "bucket_counts",
     "combine_norms",

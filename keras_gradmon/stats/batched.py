@@ -1,85 +1,77 @@
 """Statistics of many tensors at once, in a program that does not grow with
-their number.
-
-The tensors are flattened, padded with NaN to a multiple of a block size and
-concatenated into one `[blocks, block]` matrix; row reductions give partial
-results per block, segment reductions with static ids combine them per
-tensor. NaN padding is invisible to every statistic (they ignore non-finite
-elements) and subtracted from the non-finite count.
-
-One pass per reduction, in float32 (float64 for all if any input is float64).
-Sums are taken around a shift, the median of three elements of each tensor,
-so that the variance does not cancel when the mean is large against the
-spread. One graph conditional for all tensors recomputes, scaled and in two
-passes, the rows whose one-pass results cannot be trusted (squares that
-overflow or underflow, cancellation). Every reduction reads a `tf.where`:
-XLA:CPU (TF 2.21) then runs it as a vectorized library reduction, several
-times faster than its generic one.
-"""
+their number: the tensors, padded with NaN (ignored like all non-finite
+elements) to whole blocks, form one `[blocks, block]` matrix reduced by rows,
+then by tensor with static segment ids. One pass per reduction in float32
+(float64 if any tensor is), sums around a shift (a median of three elements)
+against cancellation; one conditional recomputes, scaled and in two passes,
+the rows that pass cannot be trusted with. Reductions read a `tf.where`:
+XLA:CPU then runs fast library ones."""
 
 from __future__ import annotations
 
+import functools
+from collections import namedtuple
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
-from keras_gradmon.stats.moments import STATISTICS
+#: The statistics computed for every tensor, in storage order. A statistic
+#: is defined here alone: its name, the reductions it needs (`_NEEDS`) and
+#: how they finish into its value (`_finish`).
+STATISTICS: tuple[str, ...] = (
+    "norm",
+    "mean",
+    "std",
+    "min",
+    "max",
+    "max_abs",
+    "zero_fraction",
+    "nonfinite",
+)
 
-# Per-block code sum: 1 per zero, _NONFINITE per non-finite element; exact in
-# float32 while block * (_NONFINITE + 1) < 2**24.
-_NONFINITE = 4096
-_MAX_BLOCK = 2048
-# Below this (times the dtype's smallest normal) a sum of squares may have
-# lost terms to underflow; above this (mean - shift)^2 / variance, too many
-# digits cancel (the same limits as `tensor_statistics`).
-_TINY = 1e8
-_CANCELLATION = 1e2
-
-
-class _Layout(NamedTuple):
-    """Where each tensor sits in the `[blocks, block]` matrix (static)."""
-
-    block: int
-    sizes: np.ndarray  # [V] elements of each tensor
-    pads: np.ndarray  # [V] NaN padding after each tensor
-    segments: np.ndarray  # [blocks] tensor of each block; V for the spare one
-    samples: np.ndarray  # [V, 3] flat positions of the shift candidates
+# A block sums 1 per zero, _NONFINITE per non-finite element: exact in float32.
+_NONFINITE, _MAX_BLOCK = 4096.0, 2048
+# As `tensor_statistics`: sums of squares below _TINY smallest normal numbers
+# may have lost terms; a squared mean above _CANCELLATION variances cancels.
+_TINY, _CANCELLATION = 1e8, 1e2
+# The reductions each statistic needs ("shift": sums around a shift).
+_NEEDS = {"norm": {"sq"}, "mean": {"sum"}, "std": {"sum", "sq", "shift", "extremes"}}
+_NEEDS.update({name: {"extremes"} for name in ("min", "max", "max_abs")})
+# Static: the block size; per tensor its size, NaN padding and the flat
+# positions of 3 shift candidates; per block its tensor (V: the spare block).
+_Layout = namedtuple("_Layout", ["block", "sizes", "pads", "samples", "segments"])
 
 
 def _layout(sizes: Sequence[int]) -> _Layout:
     sizes = np.asarray(sizes, np.int64)
-    count = max(len(sizes), 1)
-    # Blocks of a power of two, small enough that padding stays below ~25%.
-    target = max(int(sizes.sum()) // (4 * count), 1)
+    target = max(int(sizes.sum()) // (4 * len(sizes)), 1)  # padding below ~25%
     block = int(min(max(2 ** int(np.log2(target)), 64), _MAX_BLOCK))
     per = -(-sizes // block)
-    pads = per * block - sizes
-    # A spare all-NaN block at the end: gathers of empty tensors land there.
+    start = np.concatenate([[0], np.cumsum(per)[:-1]]) * block
+    samples = np.stack([start, start + sizes // 2, start + np.maximum(sizes - 1, 0)], 1)
+    samples[sizes == 0] = per.sum() * block  # in the spare all-NaN block
     segments = np.append(np.repeat(np.arange(len(sizes)), per), len(sizes))
-    starts = np.concatenate([[0], np.cumsum(per)[:-1]]).astype(np.int64) * block
-    middle = starts + sizes // 2
-    last = starts + np.maximum(sizes - 1, 0)
-    spare = int(per.sum()) * block
-    samples = np.stack([starts, middle, last], 1)
-    samples[sizes == 0] = spare
-    return _Layout(block, sizes, pads, segments.astype(np.int32), samples)
+    return _Layout(block, sizes, per * block - sizes, samples, segments.astype("i4"))
+
+
+def _dense(t: tf.Tensor | tf.IndexedSlices) -> tf.Tensor:
+    if isinstance(t, tf.IndexedSlices):  # densified, keeping its static shape
+        shape = tf.get_static_value(t.dense_shape)
+        t = tf.reshape(tf.convert_to_tensor(t), [-1] if shape is None else shape)
+    return tf.convert_to_tensor(t)
 
 
 def _prepare(tensors: Sequence) -> tuple[tf.Tensor, _Layout]:
-    """The `[blocks, block]` matrix of `tensors` and its layout."""
-    dense = [tf.convert_to_tensor(t) for t in tensors]  # densifies IndexedSlices
+    dense = [_dense(t) for t in tensors]
     if any(t.shape.num_elements() is None for t in dense):
         raise ValueError(f"Batched statistics need static shapes. Received: {dense}")
     dtype = tf.float64 if any(t.dtype == tf.float64 for t in dense) else tf.float32
     layout = _layout([t.shape.num_elements() for t in dense])
-    nan = tf.constant(float("nan"), dtype)
-    parts = []
-    # NaN constants between the tensors, not tf.pad: XLA then copies with memcpy.
+    nan, parts = tf.constant(float("nan"), dtype), []
     for t, pad in zip(dense, layout.pads):
-        parts.append(tf.reshape(tf.cast(t, dtype), [-1]))
-        parts += [tf.fill([int(pad)], nan)] if pad else []
+        # Constants, not tf.pad: XLA then concatenates with plain copies.
+        parts += [tf.reshape(tf.cast(t, dtype), [-1]), tf.fill([int(pad)], nan)]
     parts.append(tf.fill([layout.block], nan))
     return tf.reshape(tf.concat(parts, 0), [-1, layout.block]), layout
 
@@ -89,144 +81,107 @@ def _per_tensor(partials: tf.Tensor, layout: _Layout, op=tf.math.unsorted_segmen
 
 
 def _per_block(values: tf.Tensor, layout: _Layout) -> tf.Tensor:
-    spare = tf.zeros([1], values.dtype)
-    return tf.gather(tf.concat([values, spare], 0), layout.segments)[:, None]
+    return tf.gather(tf.pad(values, [[0, 1]]), layout.segments)[:, None]
 
 
-def _extremes(x: tf.Tensor, finite: tf.Tensor, layout: _Layout) -> tuple:
-    """Min and max of the finite elements of each tensor (low > high if none)."""
+def _extremes(x: tf.Tensor, finite: tf.Tensor, layout: _Layout, k=None) -> tuple:
+    """Min and max by tensor, non-finite elements replaced by k (or +-inf)."""
     inf = tf.constant(float("inf"), x.dtype)
-    low = tf.reduce_min(tf.where(finite, x, inf), 1)
-    high = tf.reduce_max(tf.where(finite, x, -inf), 1)
-    return (
-        _per_tensor(low, layout, tf.math.unsorted_segment_min),
-        _per_tensor(high, layout, tf.math.unsorted_segment_max),
-    )
+    low = tf.reduce_min(tf.where(finite, x, inf if k is None else k), 1)
+    high = tf.reduce_max(tf.where(finite, x, -inf if k is None else k), 1)
+    low = _per_tensor(low, layout, tf.math.unsorted_segment_min)
+    return low, _per_tensor(high, layout, tf.math.unsorted_segment_max)
 
 
 def _shift(x: tf.Tensor, layout: _Layout) -> tuple[tf.Tensor, tf.Tensor]:
-    """The median of the finite ones of three elements of each tensor (0 if
-    none is), and whether there was one."""
+    """Median of the finite ones of 3 elements by tensor, and if there was one."""
     samples = tf.gather(tf.reshape(x, [-1]), layout.samples)
     finite = tf.math.is_finite(samples)
-    inf = tf.constant(float("inf"), x.dtype)
-    ordered = tf.sort(tf.where(finite, samples, inf), axis=1)
+    ordered = tf.sort(tf.where(finite, samples, float("inf")), axis=1)
     found = tf.reduce_sum(tf.cast(finite, tf.int32), 1)
     middle = tf.gather(ordered, tf.maximum(found - 1, 0) // 2, batch_dims=1)
     return tf.where(found > 0, middle, tf.zeros_like(middle)), found > 0
 
 
 def _counts(x: tf.Tensor, finite: tf.Tensor, layout: _Layout) -> dict:
-    zero = tf.cast(tf.equal(x, 0.0), x.dtype)
-    code = tf.reduce_sum(tf.where(finite, zero, _NONFINITE * tf.ones_like(x)), 1)
+    code = tf.reduce_sum(tf.where(finite, tf.where(x == 0, 1.0, 0.0), _NONFINITE), 1)
     nonfinite = tf.floor(code / _NONFINITE)
     ints = tf.cast(tf.stack([nonfinite, code - _NONFINITE * nonfinite], 1), tf.int32)
     totals = _per_tensor(ints, layout)
     nonfinite = totals[:, 0] - layout.pads.astype(np.int32)
-    count = tf.cast(layout.sizes - nonfinite, x.dtype)
-    return {"n": count, "nonfinite": nonfinite, "zeros": totals[:, 1]}
+    n = tf.cast(layout.sizes - nonfinite, x.dtype)
+    return {"n": n, "nonfinite": nonfinite, "zeros": totals[:, 1]}
 
 
-def _reductions(x: tf.Tensor, layout: _Layout, needs: set[str]) -> dict:
-    """The one-pass per-tensor sums (around the shift) and extremes."""
-    finite, zero, r = tf.math.is_finite(x), tf.zeros_like(x), {}
-    d = x
+def _reductions(x: tf.Tensor, finite: tf.Tensor, layout: _Layout, needs: set) -> dict:
+    """The one-pass sums (around the shift) and extremes of each tensor."""
+    r, d = {}, x
     if needs & {"shift", "extremes"}:
         r["shift"], r["found"] = _shift(x, layout)
         k = _per_block(r["shift"], layout)
-        if "shift" in needs:
-            d = x - k
-        # The tensor's own element in place of non-finite ones: neutral.
-        held = tf.where(finite, x, k)
-        low, high = tf.reduce_min(held, 1), tf.reduce_max(held, 1)
-        r["low"] = _per_tensor(low, layout, tf.math.unsorted_segment_min)
-        r["high"] = _per_tensor(high, layout, tf.math.unsorted_segment_max)
-    columns = {"sum": d, "sq": d * d}
-    names = [n for n in columns if n in needs]
+        d = x - k if "shift" in needs else x
+        # In place of non-finite elements, one of the tensor's own: neutral.
+        r["low"], r["high"] = _extremes(x, finite, layout, k)
+    names = [n for n in ("sum", "sq") if n in needs]
     if names:
-        sums = [tf.reduce_sum(tf.where(finite, columns[n], zero), 1) for n in names]
+        terms = {"sum": d, "sq": d * d}
+        sums = [tf.reduce_sum(tf.where(finite, terms[n], 0.0), 1) for n in names]
         sums = _per_tensor(tf.stack(sums, 1), layout)
         r.update({n: sums[:, i] for i, n in enumerate(names)})
     return r
 
 
-def _fast(r: dict, c: dict, needs: set[str]) -> tuple[dict, tf.Tensor]:
+def _fast(r: dict, c: dict, needs: set) -> tuple[dict, tf.Tensor]:
     """Statistics from the one-pass sums, and which rows need the careful path."""
-    n = tf.maximum(c["n"], 1.0)
-    shifted = "shift" in needs
+    n, sq = tf.maximum(c["n"], 1.0), r.get("sq")
     out, bad = {}, tf.zeros_like(c["n"], tf.bool)
+    tiny = _TINY * np.finfo(n.dtype.name).tiny
     if "extremes" in needs:
-        out["min"], out["max"] = r["low"], r["high"]
-        bad = tf.logical_not(r["found"])
+        out["min"], out["max"], bad = r["low"], r["high"], ~r["found"]
     if "sum" in needs:
         mean_d = r["sum"] / n
-        out["mean"] = mean_d + r["shift"] if shifted else mean_d
-    if shifted:
+        out["mean"] = mean_d + r["shift"] if "shift" in needs else mean_d
+    if "shift" in needs:
         var = tf.maximum(r["sq"] / n - tf.square(mean_d), 0.0)
-        out["std"] = tf.sqrt(var)
-        out["norm"] = tf.sqrt(c["n"] * var + c["n"] * tf.square(out["mean"]))
+        out["std"], sq = tf.sqrt(var), c["n"] * var + c["n"] * tf.square(out["mean"])
         spread = tf.maximum(r["high"] - r["shift"], r["shift"] - r["low"])
+        bad |= (r["sq"] < tiny) & (spread > 0)  # lost squares of deviations
         bad |= tf.square(mean_d) > _CANCELLATION * var
-    elif "sq" in needs:
-        out["norm"] = tf.sqrt(r["sq"])
-        spread = c["n"] - tf.cast(c["zeros"], n.dtype)
-    if "sq" in needs:
-        tiny = _TINY * np.finfo(n.dtype.as_numpy_dtype).tiny
-        bad |= tf.logical_and(r["sq"] < tiny, spread > 0)
+    if sq is not None:  # the sum of squares of x
+        out["norm"] = tf.sqrt(sq)
+        bad |= (sq < tiny) & (c["n"] > tf.cast(c["zeros"], n.dtype))
     for value in out.values():
-        bad |= tf.logical_not(tf.math.is_finite(value))
-    return out, tf.logical_and(bad, c["n"] > 0)
+        bad |= ~tf.math.is_finite(value)
+    return out, bad & (c["n"] > 0)
 
 
-def _careful(x: tf.Tensor, layout: _Layout, c: dict, needs: set[str]) -> dict:
-    """The statistics of x / max|x| by tensor, the variance in a second pass."""
-    finite = tf.math.is_finite(x)
-    out = dict(zip(["min", "max"], _extremes(x, finite, layout)))
-    largest = tf.maximum(tf.abs(out["min"]), tf.abs(out["max"]))
+def _careful(x: tf.Tensor, layout: _Layout, c: dict, fast: dict, rows) -> dict:
+    """`fast`, its `rows` recomputed from x / max|x|, the variance in 2 passes."""
+    finite, n = tf.math.is_finite(x), tf.maximum(c["n"], 1.0)
+    low, high = _extremes(x, finite, layout)
+    largest = tf.maximum(tf.abs(low), tf.abs(high))
     scale = tf.where((c["n"] > 0) & (largest > 0), largest, tf.ones_like(largest))
-    y = tf.where(finite, x, tf.zeros_like(x)) / _per_block(scale, layout)
+    y = tf.where(finite, x, 0.0) / _per_block(scale, layout)
     sums = tf.stack([tf.reduce_sum(y, 1), tf.reduce_sum(tf.square(y), 1)], 1)
     sums = _per_tensor(sums, layout)
-    n = tf.maximum(c["n"], 1.0)
-    out["mean"] = scale * (sums[:, 0] / n)
-    out["norm"] = scale * tf.sqrt(sums[:, 1])
-    if "shift" in needs:
-        deviation = tf.where(finite, y - _per_block(sums[:, 0] / n, layout), 0.0)
-        var = _per_tensor(tf.reduce_sum(tf.square(deviation), 1), layout) / n
-        out["std"] = scale * tf.sqrt(var)
-    return out
-
-
-# The reductions each statistic needs ("shift": sums around a shift).
-_NEEDS = {"norm": {"sq"}, "mean": {"sum"}, "std": {"sum", "sq", "shift", "extremes"}}
-_NEEDS.update({name: {"extremes"} for name in ("min", "max", "max_abs")})
-
-
-def _check_names(names: Sequence[str]) -> set[str]:
-    unknown = [n for n in names if n not in STATISTICS]
-    if unknown:
-        raise ValueError(
-            f"Unknown statistic {unknown[0]!r}. Valid names: {list(STATISTICS)}. "
-            f"Received: names={list(names)!r}"
-        )
-    return set().union(*(_NEEDS.get(n, set()) for n in names))
+    deviation = tf.where(finite, y - _per_block(sums[:, 0] / n, layout), 0.0)
+    var = _per_tensor(tf.reduce_sum(tf.square(deviation), 1), layout) / n
+    mean, std, norm = (scale * v for v in (sums[:, 0] / n, var**0.5, sums[:, 1] ** 0.5))
+    slow = {"min": low, "max": high, "mean": mean, "std": std, "norm": norm}
+    return {k: tf.where(rows, slow[k], v) for k, v in fast.items()}
 
 
 def _finish(s: dict, c: dict, layout: _Layout, names: Sequence[str]) -> tf.Tensor:
-    dtype = c["n"].dtype
-    has = c["n"] > 0
+    has, dtype = c["n"] > 0, c["n"].dtype
     nan = tf.fill(tf.shape(c["n"]), tf.constant(float("nan"), dtype))
-    s = {k: tf.where(has, v, nan) for k, v in s.items()}
+    s = {k: tf.where(has, v, 0.0 if k == "norm" else nan) for k, v in s.items()}
     if "min" in s:
         largest = tf.maximum(tf.abs(s["min"]), tf.abs(s["max"]))
-        s["max_abs"] = tf.where(has, largest, tf.zeros_like(largest))
-    if "norm" in s:
-        s["norm"] = tf.where(has, s["norm"], tf.zeros_like(nan))
-    size = tf.constant(np.maximum(layout.sizes, 1), dtype)
-    s["zero_fraction"] = tf.cast(c["zeros"], dtype) / size
+        s["max_abs"] = tf.where(has, largest, 0.0)
+    s["zero_fraction"] = tf.cast(c["zeros"], dtype) / np.maximum(layout.sizes, 1)
     s["nonfinite"] = tf.cast(c["nonfinite"], dtype)
-    columns = [s[n] if n in names else nan for n in STATISTICS]
-    return tf.cast(tf.stack(columns, 1), tf.float32)
+    rows = tf.stack([s[k] if k in names else nan for k in STATISTICS], 1)
+    return tf.cast(rows, tf.float32)
 
 
 def batched_statistics(
@@ -236,15 +191,14 @@ def batched_statistics(
     """The statistics of each tensor, as rows of one matrix.
 
     Args:
-        tensors: Tensors of static shape and floating dtype (half precision
-            is widened to float32; if any is float64, all are computed in
-            float64). `tf.IndexedSlices` are densified.
+        tensors: Floating tensors of static shape, `tf.IndexedSlices`
+            densified, in float32 (all in float64 if any is float64).
         names: Which statistics to compute (a subset of `STATISTICS`).
 
     Returns:
-        A float32 `[len(tensors), len(STATISTICS)]` matrix whose row `i` is
-        `stack_statistics(tensors[i], names)` within rounding: statistics
-        of the finite elements, NaN for statistics not in `names`.
+        A float32 `[len(tensors), len(STATISTICS)]` matrix, row `i` being
+        `stack_statistics(tensors[i], names)` within rounding (NaN for the
+        statistics not in `names`).
 
     Example:
 
@@ -252,20 +206,21 @@ def batched_statistics(
     >>> rows[:, 0].numpy().tolist()  # the norms
     [5.0, 0.0]
     """
-    needs = _check_names(names)
+    unknown = [n for n in names if n not in STATISTICS]
+    if unknown:
+        raise ValueError(
+            f"Unknown statistic {unknown[0]!r}. Valid names: {list(STATISTICS)}. "
+            f"Received: names={list(names)!r}"
+        )
     if not tensors:
         return tf.zeros([0, len(STATISTICS)])
+    needs = set().union(*(_NEEDS.get(n, set()) for n in names))
     x, layout = _prepare(tensors)
-    counts = _counts(x, tf.math.is_finite(x), layout)
-    fast, careful = _fast(_reductions(x, layout, needs), counts, needs)
-    if not fast:
-        return _finish(fast, counts, layout, names)
-
-    def recompute() -> dict:
-        slow = _careful(x, layout, counts, needs)
-        return {k: tf.where(careful, slow[k], v) for k, v in fast.items()}
-
-    fast = tf.cond(tf.reduce_any(careful), recompute, lambda: fast)
+    counts = _counts(x, finite := tf.math.is_finite(x), layout)
+    fast, rows = _fast(_reductions(x, finite, layout, needs), counts, needs)
+    if fast:
+        careful = functools.partial(_careful, x, layout, counts, fast, rows)
+        fast = tf.cond(tf.reduce_any(rows), careful, lambda: fast)
     return _finish(fast, counts, layout, names)
 
 
@@ -275,14 +230,12 @@ def batched_bucket_counts(
     """`bucket_counts` of each tensor, as rows of two matrices.
 
     Args:
-        tensors: As for `batched_statistics` (float64 if any is float64).
+        tensors: As for `batched_statistics`.
         buckets: The number of buckets, a Python int >= 1.
 
     Returns:
         `(counts, ranges)`: int32 `[len(tensors), buckets]` and float32
-        `[len(tensors), 2]`, row `i` equal to `bucket_counts(tensors[i],
-        buckets)`: TensorBoard's equal-width buckets over [min, max] of the
-        finite elements.
+        `[len(tensors), 2]`, row `i` being `bucket_counts(tensors[i], buckets)`.
 
     Example:
 
@@ -295,8 +248,7 @@ def batched_bucket_counts(
     x, layout = _prepare(tensors)
     finite = tf.math.is_finite(x)
     low, high = _extremes(x, finite, layout)
-    has = low <= high
-    low, high = tf.where(has, low, 0.0), tf.where(has, high, 0.0)
+    low, high = tf.where(low <= high, low, 0.0), tf.where(low <= high, high, 0.0)
     # The arithmetic of `bucket_counts`, element for element.
     scale = tf.maximum(tf.abs(low), tf.abs(high))
     scale = tf.where(scale > 0, scale, tf.ones_like(scale))
@@ -308,11 +260,8 @@ def batched_bucket_counts(
     index = tf.where(width > 0, index, buckets - 1)
     # Non-finite elements go to an extra bucket per tensor, dropped.
     index = tf.where(finite, index, buckets) + (buckets + 1) * layout.segments[:, None]
-    counts = tf.raw_ops.DenseBincount(
-        input=tf.reshape(index, [-1]),
-        size=(len(layout.sizes) + 1) * (buckets + 1),
-        weights=tf.zeros([0], tf.int32),
-    )
+    size, index = (len(layout.sizes) + 1) * (buckets + 1), tf.reshape(index, [-1])
+    counts = tf.raw_ops.DenseBincount(input=index, size=size, weights=np.zeros(0, "i4"))
     counts = tf.reshape(counts, [-1, buckets + 1])[:-1, :buckets]
     return counts, tf.cast(tf.stack([low, high], 1), tf.float32)
 
@@ -322,32 +271,29 @@ def batched_global_norm(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """The L2 norm of all elements together, safe from overflow.
 
-    The common case is `tf.linalg.global_norm(tensors)` itself (bit for bit,
-    with its conventions: None is skipped, `tf.IndexedSlices` count their
-    values). Only when that is not finite, a conditional tells NaN or Inf
-    elements from squares that overflowed, and recomputes the latter scaled,
-    in float64: finite float32 tensors can have a norm above float32's max.
+    Usually `tf.linalg.global_norm(tensors)` bit for bit, with its conventions
+    (None skipped, `tf.IndexedSlices` by their values); if that is not finite,
+    one conditional recomputes it scaled, in float64 (finite float32 tensors
+    can have a norm above float32's max).
 
     Args:
-        tensors: Tensors of floating dtype; of different dtypes, they are
+        tensors: Floating tensors; if of several or half-precision dtypes,
             cast to float32 (float64 if any is) first.
 
     Returns:
-        `(norm, all_finite)`: a float64 scalar (cast to float32 it is
-        `tf.linalg.global_norm`'s value; NaN or Inf as that if an element is
-        not finite) and whether every element is finite.
+        `(norm, all_finite)`: a float64 scalar (cast to float32, the value of
+        `tf.linalg.global_norm`, also when NaN or Inf) and whether every
+        element is finite.
 
     Example:
 
-    >>> norm, finite = batched_global_norm([tf.constant([3e38]), tf.constant([3e38])])
+    >>> norm, finite = batched_global_norm([tf.constant([3e38, 3e38])])
     >>> round(float(norm) / 1e38, 4), bool(finite)  # above float32's max
     (4.2426, True)
     """
-    values = [
-        tf.convert_to_tensor(t.values if isinstance(t, tf.IndexedSlices) else t)
-        for t in tensors
-        if t is not None
-    ]
+    values = [t for t in tensors if t is not None]
+    values = [t.values if isinstance(t, tf.IndexedSlices) else t for t in values]
+    values = [tf.convert_to_tensor(v) for v in values]
     if not values:
         return tf.constant(0.0, tf.float64), tf.constant(True)
     dtypes = {v.dtype for v in values}
@@ -357,7 +303,7 @@ def batched_global_norm(
     fast = tf.linalg.global_norm(values)
 
     def rescue() -> tuple[tf.Tensor, tf.Tensor]:
-        flat = tf.concat([tf.reshape(tf.cast(v, tf.float64), [-1]) for v in values], 0)
+        flat = tf.cast(tf.concat([tf.reshape(v, [-1]) for v in values], 0), tf.float64)
         finite = tf.math.is_finite(flat)
         largest = tf.reduce_max(tf.where(finite, tf.abs(flat), 0.0))
         scale = tf.where(largest > 0, largest, 1.0)
@@ -365,8 +311,5 @@ def batched_global_norm(
         all_finite = tf.reduce_all(finite)
         return tf.where(all_finite, norm, tf.cast(fast, tf.float64)), all_finite
 
-    return tf.cond(
-        tf.math.is_finite(fast),
-        lambda: (tf.cast(fast, tf.float64), tf.constant(True)),
-        rescue,
-    )
+    exact = (tf.cast(fast, tf.float64), tf.constant(True))
+    return tf.cond(tf.math.is_finite(fast), lambda: exact, rescue)

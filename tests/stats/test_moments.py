@@ -62,7 +62,7 @@ def test_low_and_high_precision_inputs(dtype, values):
         held = tf.cast(tf.constant(values), dtype)
     expected = reference_statistics(tf.cast(held, tf.float64).numpy())
     out = tensor_statistics(held)
-    assert out["norm"].dtype == (tf.float64 if dtype == tf.float64 else tf.float32)
+    assert out["norm"].dtype == tf.float32  # computed in float64 for float64
     assert_statistics_close({k: v.numpy() for k, v in out.items()}, expected)
 
 
