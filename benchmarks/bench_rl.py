@@ -90,7 +90,9 @@ def _train_fn(agent, every, log_dir, name):
     if every is None:
         return train, None
     monitor = RLHealthMonitor(
-        agent, every_n_steps=every, log_dir=os.path.join(log_dir, name),
+        agent,
+        every_n_steps=every,
+        log_dir=os.path.join(log_dir, name),
         train_fn=train,
     )
     return monitor.train, monitor

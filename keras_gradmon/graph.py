@@ -63,3 +63,39 @@ def run_if(pred: tf.Tensor | bool, fn: Callable[[], None]) -> None:
         return tf.constant(True)
 
     gate(pred, taken, lambda: tf.constant(False))
+
+
+_BITS = {2: tf.int16, 4: tf.int32, 8: tf.int64}
+
+
+def exact_copies(grads: list[Any], zero: tf.Tensor) -> list[Any]:
+    """Bit-exact copies of `grads` that XLA cannot simplify away, for the
+    monitor to read while the inner optimizer reads the originals.
+
+    Why: XLA:CPU contracts a gradient's last elementwise op into the
+    optimizer's update as a fused multiply-add (BatchNorm gamma's
+    `g * rsqrt(var + eps)` into Adam's `m + (g - m) * 0.1`), but only while
+    every reader of the gradient can take it in; a conditional (the
+    monitor's gate) cannot, and the update then rounds twice, one ulp off the
+    unwrapped optimizer's. A copy gives the monitor its own reader:
+    `bitcast(bits XOR zero)`, where `zero` is a runtime 0 XLA cannot fold.
+
+    Example:
+
+    >>> [c] = exact_copies([tf.constant([1.5])], tf.constant(0))
+    >>> c.numpy().tolist()
+    [1.5]
+    """
+    copies = []
+    for g in grads:
+        if g is None:
+            copies.append(None)
+        elif isinstance(g, tf.IndexedSlices):
+            [values] = exact_copies([g.values], zero)
+            copies.append(tf.IndexedSlices(values, g.indices, g.dense_shape))
+        else:
+            g = tf.convert_to_tensor(g)
+            bits = _BITS[g.dtype.size]
+            flipped = tf.bitwise.bitwise_xor(tf.bitcast(g, bits), tf.cast(zero, bits))
+            copies.append(tf.bitcast(flipped, g.dtype))
+    return copies

@@ -108,7 +108,7 @@ CASES = {
     "double wrapping": (
         lambda: GradientMonitorOptimizer(GradientMonitorOptimizer(_adam())),
         ValueError,
-        r"`optimizer` is already monitored by keras_gradmon",
+        r"`inner_optimizer` is already monitored by keras_gradmon",
     ),
     "wrapping a loss scaler around a monitor": (
         lambda: keras_gradmon.wrap(

@@ -44,7 +44,7 @@ DIFFERENCES = {
     "the monitor's state",
     "optimizer.test_ema": "reads the private `_model_variables_moving_average`",
     "optimizer.test_ema_with_model_fit": "the same private attribute (the "
-    "behaviour is tested in test_optimizer.py)",
+    "behaviour is tested in test_keras_dropin.py)",
     "optimizer.test_gradient_accumulation": "reads the private "
     "`_accumulated_gradients` and `_iterations` (the inner optimizer's)",
     "optimizer.test_overwrite_with_gradient_with_gradient_accumulation": "reads "

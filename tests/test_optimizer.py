@@ -304,7 +304,9 @@ def test_callable_frequency_cannot_be_saved():
     [None, "adam", tf.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)],
 )
 def test_rejects_what_is_not_a_keras_optimizer(inner):
-    with pytest.raises(ValueError, match="`inner_optimizer` must be a Keras 3 optimizer"):
+    with pytest.raises(
+        ValueError, match="`inner_optimizer` must be a Keras 3 optimizer"
+    ):
         GradientMonitorOptimizer(inner)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import tensorflow as tf
@@ -105,16 +105,18 @@ def find_monitor(optimizer: Any) -> GradientMonitor | None:
     return None
 
 
-def check_not_monitored(optimizer: Any) -> None:
+def check_not_monitored(optimizer: Any, argument: str = "optimizer") -> None:
     """Refuses to wrap an optimizer that already holds a monitor: both would
     record the same statistics, and clip twice."""
+    from keras_gradmon.adapters.kinds import SUPPORTED
+
     if find_monitor(optimizer) is not None:
         raise ValueError(
-            "`optimizer` is already monitored by keras_gradmon (a "
-            "GradientMonitorOptimizer, possibly inside another wrapper). Wrap "
-            "the plain optimizer once, and pass every monitor option to that "
-            "one wrapper. Received: "
-            f"optimizer={optimizer!r}"
+            f"`{argument}` is already monitored by keras_gradmon (a "
+            "GradientMonitorOptimizer, possibly inside another wrapper). It must "
+            f"be a plain optimizer: {SUPPORTED}. Wrap the plain optimizer once "
+            "and pass every monitor option to that one wrapper. Received: "
+            f"{argument}={optimizer!r}"
         )
 
 
@@ -147,6 +149,23 @@ def check_step(step: Any) -> tf.Variable | None:
 def present_rows(grads: list[Any], indices: list[int]) -> set[int]:
     """The rows of the variables that have a gradient (known at trace time)."""
     return {i for g, i in zip(grads, indices) if g is not None}
+
+
+class ConfigFromInner:
+    """`get_config` / `from_config` of a Keras-serializable wrapper: its name,
+    the inner optimizer serialized with the framework's own functions (the
+    class attributes `_serialize` and `_deserialize`), and the monitor's
+    options."""
+
+    _serialize: Callable[[Any], Any]
+    _deserialize: Callable[..., Any]
+
+    def get_config(self) -> dict:
+        return serialized(self, type(self)._serialize)
+
+    @classmethod
+    def from_config(cls, config: dict, custom_objects: Any = None) -> Any:
+        return deserialized(cls, config, cls._deserialize, custom_objects)
 
 
 class MonitoredOptimizer:
@@ -214,3 +233,48 @@ def find_monitored(optimizer: Any) -> MonitoredOptimizer:
         "`keras_gradmon.wrap` or `GradientMonitorOptimizer`), or an "
         f"optimizer wrapping one. Received: optimizer={optimizer!r}"
     )
+
+
+def serialized(wrapper: Any, serialize: Callable[[Any], Any]) -> dict:
+    """A wrapper's config: its name, the serialized inner optimizer and the
+    monitor's options (the base optimizer's own are the inner one's)."""
+    return {
+        "name": wrapper.name,
+        "inner_optimizer": serialize(wrapper.inner_optimizer),
+        "config": wrapper.monitor.config.to_serializable_dict(),
+    }
+
+
+def deserialized(
+    cls: type, config: dict, deserialize: Callable[..., Any], custom_objects: Any
+) -> Any:
+    """The wrapper of `serialized`'s `config`. The saved tag scope is passed
+    as saved: a name Keras made up is not a tag scope."""
+    config = dict(config)
+    options = config.pop("config", None) or {}
+    inner = deserialize(config.pop("inner_optimizer"), custom_objects=custom_objects)
+    return cls(inner, config=options, tag_scope=options.get("tag_scope"), **config)
+
+
+def set_variables(wrapper: Any, weights: list) -> None:
+    """`wrapper.set_weights(weights)` over all its `variables` (the inner
+    optimizer's too), in the order `variables` lists them."""
+    if not wrapper.built:
+        raise ValueError(
+            "You are calling `set_weights()` on an optimizer that has not "
+            "yet been built. Call `optimizer.build(trainable_variables)` first."
+        )
+    variables = wrapper.variables
+    if len(weights) != len(variables):
+        raise ValueError(
+            f"`weights` must hold {len(variables)} arrays (this wrapper's and "
+            "its inner optimizer's variables, in the order of `variables`). "
+            f"Received: {len(weights)} arrays"
+        )
+    for variable, weight in zip(variables, weights):
+        if tuple(variable.shape) != tuple(weight.shape):
+            raise ValueError(
+                f"Optimizer variable {variable.path} has shape {variable.shape}, "
+                f"not compatible with the provided weight shape {weight.shape}."
+            )
+        variable.assign(weight)

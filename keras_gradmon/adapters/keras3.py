@@ -10,16 +10,20 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import tensorflow as tf
 
 from keras_gradmon import distribute, loss_scale
 from keras_gradmon.adapters.base import (
+    ConfigFromInner,
     MonitoredOptimizer,
     check_not_monitored,
     forwarded,
     own_view,
     resolve_config,
+    set_variables,
 )
 from keras_gradmon.config import MonitorConfig
+from keras_gradmon.graph import exact_copies, in_xla_context
 from keras_gradmon.monitor import GradientMonitor
 
 
@@ -32,7 +36,9 @@ def _check_tensorflow_backend() -> None:
 
 
 @keras.saving.register_keras_serializable(package="keras_gradmon")
-class GradientMonitorOptimizer(MonitoredOptimizer, keras.optimizers.Optimizer):
+class GradientMonitorOptimizer(
+    ConfigFromInner, MonitoredOptimizer, keras.optimizers.Optimizer
+):
     """Wraps an optimizer and records gradient statistics inside the step.
 
     On summary steps (see `MonitorConfig.every_n_steps`) it computes, inside
@@ -89,7 +95,7 @@ class GradientMonitorOptimizer(MonitoredOptimizer, keras.optimizers.Optimizer):
         **options: Any,
     ) -> None:
         _check_tensorflow_backend()
-        check_not_monitored(inner_optimizer)
+        check_not_monitored(inner_optimizer, "inner_optimizer")
         monitor_config = resolve_config(config, options, name)
         super().__init__(learning_rate=0.0, name=name)
         self.inner_optimizer = inner_optimizer
@@ -153,28 +159,8 @@ class GradientMonitorOptimizer(MonitoredOptimizer, keras.optimizers.Optimizer):
 
     def set_weights(self, weights: list) -> None:
         """Sets this wrapper's and the inner optimizer's variables, in the
-        order of `get_weights()` (`variables`)."""
-        if not self.built:
-            raise ValueError(
-                "You are calling `set_weights()` on an optimizer that has not "
-                "yet been built. Call `optimizer.build(trainable_variables)` "
-                "first."
-            )
-        variables = self.variables
-        if len(weights) != len(variables):
-            raise ValueError(
-                f"`weights` must hold {len(variables)} arrays (this wrapper's "
-                "and its inner optimizer's variables, as `get_weights()` "
-                f"returns them). Received: {len(weights)} arrays"
-            )
-        for variable, weight in zip(variables, weights):
-            if tuple(variable.shape) != tuple(weight.shape):
-                raise ValueError(
-                    f"Optimizer variable {variable.path} has shape "
-                    f"{variable.shape}, not compatible with the provided "
-                    f"weight shape {weight.shape}."
-                )
-            variable.assign(weight)
+        order of `variables`."""
+        set_variables(self, weights)
 
     def exclude_from_weight_decay(
         self, var_list: list | None = None, var_names: list | None = None
@@ -258,7 +244,7 @@ class GradientMonitorOptimizer(MonitoredOptimizer, keras.optimizers.Optimizer):
         """
         inner, monitor = self.inner_optimizer, self.monitor
         scale = loss_scale.current_scale(inner)
-        measured = loss_scale.unscale(summed, scale)
+        measured = loss_scale.unscale(self._readable(summed), scale)
         if not loss_scale.is_loss_scaler(inner):
             done = monitor.process(self.iterations, measured, indices)
             return self._handed_on(summed, done.grads, scale), done.apply
@@ -271,6 +257,15 @@ class GradientMonitorOptimizer(MonitoredOptimizer, keras.optimizers.Optimizer):
         )
         return handed_on, True
 
+    def _readable(self, grads: list) -> list:
+        """What the monitor reads: under XLA without clipping, exact copies
+        of the gradients, so that XLA compiles the inner update as it would
+        unwrapped, bit for bit (see `graph.exact_copies`)."""
+        if self.monitor.clip_rule is not None or not in_xla_context():
+            return grads
+        zero = tf.cast(tf.less(self.inner_optimizer.iterations, 0), tf.int32)
+        return exact_copies(grads, zero)
+
     def _handed_on(self, summed: list, clipped: list | None, scale: Any) -> list:
         """The summed gradients themselves unless clipping changed them,
         then the clipped ones, scaled back."""
@@ -278,30 +273,10 @@ class GradientMonitorOptimizer(MonitoredOptimizer, keras.optimizers.Optimizer):
             return summed
         return loss_scale.rescale(clipped, scale, like=summed)
 
-    # Serialization ---------------------------------------------------------
+    # Serialization: the inner optimizer with the framework's own functions.
 
-    def get_config(self) -> dict:
-        # Only our own arguments: the base optimizer's are the inner one's.
-        return {
-            "name": self.name,
-            "inner_optimizer": keras.saving.serialize_keras_object(
-                self.inner_optimizer
-            ),
-            "config": self.monitor.config.to_serializable_dict(),
-        }
-
-    @classmethod
-    def from_config(
-        cls, config: dict, custom_objects: Any = None
-    ) -> GradientMonitorOptimizer:
-        config = dict(config)
-        options = config.pop("config", None) or {}
-        # The saved scope as saved: a name Keras made up is not a scope.
-        scope = options.get("tag_scope")
-        inner = keras.saving.deserialize_keras_object(
-            config.pop("inner_optimizer"), custom_objects=custom_objects
-        )
-        return cls(inner, config=options, tag_scope=scope, **config)
+    _serialize = staticmethod(keras.saving.serialize_keras_object)
+    _deserialize = staticmethod(keras.saving.deserialize_keras_object)
 
 
 __all__ = ["GradientMonitorOptimizer"]

@@ -22,16 +22,11 @@ import tf_keras
 
 from keras_gradmon import distribute
 from keras_gradmon.adapters.base import (
-    MonitoredOptimizer,
-    check_not_monitored,
-    check_step,
+    ConfigFromInner,
     forwarded,
     present_rows,
-    resolve_config,
 )
-from keras_gradmon.adapters.kinds import unsupported_error
-from keras_gradmon.config import MonitorConfig
-from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.adapters.stepped import StepAdapter
 from keras_gradmon.recorders.graph_writer import write_recorded
 
 _NEW_BASE = tf_keras.optimizers.Optimizer
@@ -44,7 +39,7 @@ def is_tf_keras_optimizer(optimizer: Any) -> bool:
 
 
 @tf_keras.saving.register_keras_serializable(package="keras_gradmon")
-class TfKerasGradientMonitorOptimizer(MonitoredOptimizer, _CLASSIC_BASE):
+class TfKerasGradientMonitorOptimizer(ConfigFromInner, StepAdapter, _CLASSIC_BASE):
     """Wraps a tf_keras optimizer and records gradient statistics in the step.
 
     The tf_keras counterpart of `GradientMonitorOptimizer` (which returns one
@@ -80,31 +75,18 @@ class TfKerasGradientMonitorOptimizer(MonitoredOptimizer, _CLASSIC_BASE):
 
     _HAS_AGGREGATE_GRAD = True
 
-    def __init__(
-        self,
-        inner_optimizer: Any,
-        config: MonitorConfig | dict | None = None,
-        name: str | None = None,
-        step: tf.Variable | None = None,
-        **options: Any,
-    ) -> None:
-        if not is_tf_keras_optimizer(inner_optimizer):
-            raise unsupported_error(inner_optimizer, "inner_optimizer")
-        check_not_monitored(inner_optimizer)
-        if isinstance(inner_optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
+    def _accepts(self, optimizer: Any) -> bool:
+        if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
             raise ValueError(
                 "`inner_optimizer` must not be a tf_keras LossScaleOptimizer: the "
                 "tf_keras wrapper does not unscale gradients (mixed_float16 is "
                 "supported with Keras 3 optimizers, see docs/distributed.md). "
-                f"Received: inner_optimizer={inner_optimizer!r}"
+                f"Received: inner_optimizer={optimizer!r}"
             )
-        monitor_config = resolve_config(config, options, name)
-        super().__init__(name=name or "GradientMonitorOptimizer")
-        self.inner_optimizer = inner_optimizer
-        self._track_trackable(inner_optimizer, "inner_optimizer")
-        self.monitor = GradientMonitor(monitor_config)
-        self._step = check_step(step)
-        self._rows: dict[Any, int] = {}
+        return is_tf_keras_optimizer(optimizer)
+
+    def _init_base(self, name: str) -> None:
+        _CLASSIC_BASE.__init__(self, name=name)
 
     @property
     def name(self) -> str:
@@ -124,17 +106,24 @@ class TfKerasGradientMonitorOptimizer(MonitoredOptimizer, _CLASSIC_BASE):
         )
 
     def build(self, var_list: Iterable[tf.Variable]) -> None:
-        """Creates the monitor's state (and the inner optimizer's)."""
+        """Creates the monitor's state (and the inner optimizer's), in the
+        order the variables were created: both are checkpointed by position
+        (a new-style optimizer's slots too), see `tf_v1.creation_order`."""
         if self.monitor.built:
             return
-        var_list = list(var_list)
+        var_list = self._place(var_list)
+        inner = self.inner_optimizer
+        # Under each optimizer's name, as its own apply_gradients would: the
+        # inner one's variables are named as they are unwrapped ("Adam/m/...").
+        inner_name = getattr(inner, "_name", None) or inner.name
         with tf.init_scope():
-            self.monitor.build(var_list, self._make_variable)
-            if isinstance(self.inner_optimizer, _NEW_BASE):
-                self.inner_optimizer.build(var_list)
-            else:
-                self.inner_optimizer._create_all_weights(var_list)
-        self._rows.update({v.ref(): i for i, v in enumerate(var_list)})
+            with tf.name_scope(self.name):
+                self.monitor.build(var_list, self._make_variable)
+            with tf.name_scope(inner_name):
+                if isinstance(inner, _NEW_BASE):
+                    inner.build(var_list)
+                else:
+                    inner._create_all_weights(var_list)
 
     def _create_all_weights(self, var_list: Iterable[tf.Variable]) -> None:
         self.build(var_list)
@@ -176,15 +165,6 @@ class TfKerasGradientMonitorOptimizer(MonitoredOptimizer, _CLASSIC_BASE):
         distribute.apply_if(done.apply, apply, (done.grads,))
         return self.iterations
 
-    def _row(self, variable: tf.Variable) -> int:
-        if variable.ref() not in self._rows:
-            raise ValueError(
-                f"{type(self).__name__} {self.name!r} was built for the variables "
-                f"of its first `apply_gradients` call and got another one: "
-                f"variable={variable.name!r}. Use one wrapper per variable set."
-            )
-        return self._rows[variable.ref()]
-
     # Delegation to the inner optimizer -----------------------------------------
 
     iterations = forwarded("iterations", writable=True)
@@ -220,33 +200,10 @@ class TfKerasGradientMonitorOptimizer(MonitoredOptimizer, _CLASSIC_BASE):
             )
         return self.inner_optimizer.get_slot(var, slot_name)
 
-    def __dir__(self) -> list[str]:
-        # TensorFlow's checkpointing finds slot owners by
-        # `"get_slot_names" in dir(obj)`; the inner optimizer (a child of
-        # this one) owns the slots, and listing them twice is an error.
-        return [n for n in super().__dir__() if n != "get_slot_names"]
+    # Serialization: the inner optimizer with the framework's own functions.
 
-    # Serialization ---------------------------------------------------------
-
-    def get_config(self) -> dict:
-        return {
-            "name": self.name,
-            "inner_optimizer": tf_keras.optimizers.serialize(self.inner_optimizer),
-            "config": self.monitor.config.to_serializable_dict(),
-        }
-
-    @classmethod
-    def from_config(
-        cls, config: dict, custom_objects: Any = None
-    ) -> TfKerasGradientMonitorOptimizer:
-        config = dict(config)
-        options = config.pop("config", None) or {}
-        # The saved scope as saved: a name Keras made up is not a scope.
-        scope = options.get("tag_scope")
-        inner = tf_keras.optimizers.deserialize(
-            config.pop("inner_optimizer"), custom_objects=custom_objects
-        )
-        return cls(inner, config=options, tag_scope=scope, **config)
+    _serialize = staticmethod(tf_keras.optimizers.serialize)
+    _deserialize = staticmethod(tf_keras.optimizers.deserialize)
 
 
 __all__ = ["TfKerasGradientMonitorOptimizer", "is_tf_keras_optimizer"]

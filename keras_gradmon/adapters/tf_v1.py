@@ -10,17 +10,8 @@ from typing import Any
 import tensorflow as tf
 
 from keras_gradmon import distribute
-from keras_gradmon.adapters.base import (
-    MonitoredOptimizer,
-    check_not_monitored,
-    check_step,
-    make_tf_variable,
-    present_rows,
-    resolve_config,
-)
-from keras_gradmon.adapters.kinds import unsupported_error
-from keras_gradmon.config import MonitorConfig
-from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.adapters.base import make_tf_variable, present_rows
+from keras_gradmon.adapters.stepped import StepAdapter
 from keras_gradmon.recorders.graph_writer import write_recorded
 
 _V1_BASE = tf.compat.v1.train.Optimizer
@@ -31,7 +22,7 @@ def is_v1_optimizer(optimizer: Any) -> bool:
     return isinstance(optimizer, _V1_BASE)
 
 
-class V1GradientMonitorOptimizer(MonitoredOptimizer, _V1_BASE):
+class V1GradientMonitorOptimizer(StepAdapter, _V1_BASE):
     """Wraps a `tf.compat.v1.train` optimizer and records gradient statistics.
 
     It is itself a `tf.compat.v1.train.Optimizer` (`apply_gradients(
@@ -67,26 +58,13 @@ class V1GradientMonitorOptimizer(MonitoredOptimizer, _V1_BASE):
     ```
     """
 
-    def __init__(
-        self,
-        inner_optimizer: Any,
-        config: MonitorConfig | dict | None = None,
-        name: str | None = None,
-        step: tf.Variable | None = None,
-        **options: Any,
-    ) -> None:
-        if not is_v1_optimizer(inner_optimizer):
-            raise unsupported_error(inner_optimizer, "inner_optimizer")
-        check_not_monitored(inner_optimizer)
-        monitor_config = resolve_config(config, options, name)
-        super().__init__(use_locking=False, name=name or "GradientMonitorOptimizer")
-        self.inner_optimizer = inner_optimizer
-        self._track_trackable(inner_optimizer, "inner_optimizer")
-        self.monitor = GradientMonitor(monitor_config)
-        self._step = check_step(step)
+    def _accepts(self, optimizer: Any) -> bool:
+        return is_v1_optimizer(optimizer)
+
+    def _init_base(self, name: str) -> None:
+        _V1_BASE.__init__(self, use_locking=False, name=name)
         self._counter: tf.Variable | None = None
         self._monitor_variables: list[tf.Variable] = []
-        self._rows: dict[Any, int] = {}
 
     @property
     def name(self) -> str:
@@ -101,13 +79,14 @@ class V1GradientMonitorOptimizer(MonitoredOptimizer, _V1_BASE):
         return variable
 
     def _build(self, variables: list[tf.Variable]) -> None:
+        """Creates the monitor's state, one row per variable in the order the
+        variables were created (see `creation_order`)."""
         if self.monitor.built:
             return
         with tf.init_scope():
-            self.monitor.build(variables, self._make_variable)
+            self.monitor.build(self._place(variables), self._make_variable)
             if self._step is None:
                 self._counter = self._make_variable("apply_count", (), "int64", 0)
-        self._rows.update({v.ref(): i for i, v in enumerate(variables)})
 
     def compute_gradients(self, loss: Any, var_list: Any = None, **kwargs: Any) -> list:
         """The inner optimizer's `compute_gradients`."""
@@ -157,15 +136,6 @@ class V1GradientMonitorOptimizer(MonitoredOptimizer, _V1_BASE):
             return global_step
         return self._step if self._step is not None else self._counter
 
-    def _row(self, variable: tf.Variable) -> int:
-        if variable.ref() not in self._rows:
-            raise ValueError(
-                f"{type(self).__name__} {self.get_name()!r} was built for the "
-                "variables of its first `apply_gradients` call and got another "
-                f"one: variable={variable.name!r}. Use one wrapper per variable set."
-            )
-        return self._rows[variable.ref()]
-
     # Delegation to the inner optimizer -----------------------------------------
 
     def get_slot(self, var: tf.Variable, name: str) -> tf.Variable | None:
@@ -179,12 +149,6 @@ class V1GradientMonitorOptimizer(MonitoredOptimizer, _V1_BASE):
     def variables(self) -> list[tf.Variable]:
         """The monitor's variables, then the inner optimizer's."""
         return list(self._monitor_variables) + list(self.inner_optimizer.variables())
-
-    def __dir__(self) -> list[str]:
-        # TensorFlow's checkpointing finds slot owners by
-        # `"get_slot_names" in dir(obj)`; the inner optimizer (a child of
-        # this one) owns the slots, and listing them twice is an error.
-        return [n for n in super().__dir__() if n != "get_slot_names"]
 
 
 def _ran(fn: Any) -> tf.Tensor:

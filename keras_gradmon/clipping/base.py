@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import tensorflow as tf
 
-from keras_gradmon.stats.batched import batched_global_norm
+from keras_gradmon.stats.norms import batched_global_norm
 
 #: {variable name: (shape, dtype name, initial value)}.
 StateSpec = dict[str, tuple[tuple[int, ...], str, float]]

@@ -23,7 +23,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_gradmon.adapters import wrap
-from keras_gradmon.adapters.base import MonitoredOptimizer
+from keras_gradmon.adapters.base import MonitoredOptimizer, find_monitor
 
 #: The constructor arguments through which tf-agents' agents take
 #: optimizers, and the tag scope each gets when an agent takes several.
@@ -76,6 +76,19 @@ def convert_like_sac(optimizer: Any) -> Any:
     return convert(optimizer) if isinstance(optimizer, new_style) else optimizer
 
 
+def _check_plain(optimizer: Any, argument: str, agent_class: type) -> None:
+    """Refuses an optimizer that is monitored already: `monitored` wraps
+    the plain optimizers itself."""
+    if find_monitor(optimizer) is not None:
+        raise ValueError(
+            f"`{argument}` is already monitored by keras_gradmon, and "
+            f"`monitored({agent_class.__name__})` wraps each optimizer itself. "
+            "Pass the plain optimizer (and the monitor options to `monitored`), "
+            f"or construct {agent_class.__name__} with your own wrappers. "
+            f"Received: {argument}={optimizer!r}"
+        )
+
+
 def _scopes(agent_class: type) -> dict[str, str | None]:
     """The optimizer arguments `agent_class` takes, with their tag scopes
     (None when it takes a single one)."""
@@ -123,9 +136,19 @@ def monitored(agent_class: type, **options: Any) -> type:
             "`monitored` sets `step` (the agent's train_step_counter) and the "
             f"names itself. Received: {sorted(set(options) & {'step', 'name'})}"
         )
+    return type(
+        f"Monitored{agent_class.__name__}",
+        (agent_class,),
+        {"__init__": _wrapping_init(agent_class, scopes, options)},
+    )
+
+
+def _wrapping_init(
+    agent_class: type, scopes: dict[str, str | None], options: dict[str, Any]
+) -> Any:
+    """The constructor of `monitored(agent_class, **options)`."""
     convert = converts_to_legacy(agent_class)
     signature = inspect.signature(agent_class.__init__)
-    bind = signature.bind_partial
     var_keyword = next(
         (p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD),
         None,
@@ -133,7 +156,7 @@ def monitored(agent_class: type, **options: Any) -> type:
 
     @functools.wraps(agent_class.__init__)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        arguments = dict(bind(self, *args, **kwargs).arguments)
+        arguments = dict(signature.bind_partial(self, *args, **kwargs).arguments)
         arguments.pop("self")
         arguments.update(arguments.pop(var_keyword, None) or {})
         counter = arguments.get("train_step_counter")
@@ -145,6 +168,7 @@ def monitored(agent_class: type, **options: Any) -> type:
             optimizer = arguments.get(name)
             if optimizer is None:
                 continue
+            _check_plain(optimizer, name, agent_class)
             wrapper = wrap(optimizer, name=scope, step=counter, **options)
             wrappers[name] = arguments[name] = (
                 convert_like_sac(wrapper) if convert else wrapper
@@ -153,6 +177,4 @@ def monitored(agent_class: type, **options: Any) -> type:
         for name, wrapper in wrappers.items():
             setattr(self, f"{name}_monitor", wrapper)
 
-    return type(
-        f"Monitored{agent_class.__name__}", (agent_class,), {"__init__": __init__}
-    )
+    return __init__

@@ -11,18 +11,19 @@ from collections.abc import Hashable
 from typing import Any
 
 _lock = threading.Lock()
-# {(destination, scope): (weak reference to the owner, its label)}
-_owners: dict[tuple[Hashable, str | None], tuple[weakref.ref, str]] = {}
+# {(destination key, scope): (weak reference to the owner, its label, weak
+# reference to the destination object, or None for a path)}
+_owners: dict[tuple[Hashable, str | None], tuple[weakref.ref, str, Any]] = {}
 
 
-def claim(destination: Hashable, scope: str | None, owner: Any, label: str) -> None:
+def claim(destination: Any, scope: str | None, owner: Any, label: str) -> None:
     """Records that `owner` writes tags of `scope` to `destination`.
 
-    A live other owner of the same pair is an error; an owner that was
-    garbage-collected releases its claims.
+    A live other owner of the same pair is an error; an owner (or a writer
+    object) that was garbage-collected releases its claims.
 
     Args:
-        destination: A log directory (its real path) or a writer's id.
+        destination: A log directory (its real path) or a writer object.
         scope: The tag scope (None: unscoped tags).
         owner: The monitor that writes.
         label: How the error names `owner` (its optimizer's name).
@@ -34,12 +35,15 @@ def claim(destination: Hashable, scope: str | None, owner: Any, label: str) -> N
 
     >>> claim("/tmp/logs", "actor", monitor, "actor")  # doctest: +SKIP
     """
-    key = (destination, scope)
+    writer = None if isinstance(destination, str) else weakref.ref(destination)
+    key = (destination if writer is None else id(destination), scope)
     with _lock:
-        reference, other_label = _owners.get(key, (None, ""))
+        reference, other_label, other_writer = _owners.get(key, (None, "", None))
         other = reference() if reference is not None else None
+        if other_writer is not None and other_writer() is not destination:
+            other = None  # that writer is gone; a new one got its id
         if other is not None and other is not owner:
-            where = "this writer" if isinstance(destination, int) else destination
+            where = "this writer" if writer is not None else destination
             shown = "unscoped tags" if scope is None else f"tag scope {scope!r}"
             raise ValueError(
                 f"Two monitored optimizers would write {shown} to {where}: "
@@ -48,4 +52,4 @@ def claim(destination: Hashable, scope: str | None, owner: Any, label: str) -> N
                 "its own `name=` (used as its tag scope) or `tag_scope=`, or "
                 "write to separate log directories."
             )
-        _owners[key] = (weakref.ref(owner), label)
+        _owners[key] = (weakref.ref(owner), label, writer)

@@ -78,7 +78,7 @@ def write_recorded(
     if not summaries_enabled():
         return
     writer = default_writer()
-    claims.claim(id(writer), monitor.config.tag_scope, monitor, label)
+    claims.claim(writer, monitor.config.tag_scope, monitor, label)
     step = tf.cast(step, tf.int64)
     present = set(present)
     run_if(due.scalars, lambda: _write_scalars(monitor, step, present))

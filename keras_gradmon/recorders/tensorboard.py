@@ -69,10 +69,10 @@ class TensorBoardRecorder:
 
     @property
     def destination(self) -> Any:
-        """The log directory's real path, or the given writer's id."""
+        """The log directory's real path, or the given writer."""
         if self.log_dir is not None:
             return os.path.realpath(self.log_dir)
-        return id(self._writer)
+        return self._writer
 
     @property
     def writer(self) -> Any:

@@ -10,12 +10,11 @@ number; the per-tensor functions are its one-tensor case.
 from keras_gradmon.stats.batched import (
     STATISTICS,
     batched_bucket_counts,
-    batched_global_norm,
     batched_statistics,
 )
 from keras_gradmon.stats.histogram import bucket_counts
 from keras_gradmon.stats.moments import stack_statistics, tensor_statistics
-from keras_gradmon.stats.norms import combine_norms
+from keras_gradmon.stats.norms import batched_global_norm, combine_norms
 
 __all__ = [
     "STATISTICS",

@@ -127,9 +127,10 @@ class _MeanSampleNormal(tfp.distributions.MultivariateNormalDiag):
     SAC's losses become deterministic, so a train step's gradients can be
     recomputed apart from it."""
 
-    def _sample_n(self, n: Any, seed: Any = None) -> tf.Tensor:
-        del seed
-        return tf.broadcast_to(self.loc, tf.concat([[n], tf.shape(self.loc)], 0))
+    def _call_sample_n(self, sample_shape: Any, seed: Any, **kwargs: Any) -> tf.Tensor:
+        del seed, kwargs
+        outer = tf.reshape(tf.cast(sample_shape, tf.int32), [-1])
+        return tf.broadcast_to(self.loc, tf.concat([outer, tf.shape(self.loc)], 0))
 
 
 class MeanSampleProjection(tanh_normal_projection_network.TanhNormalProjectionNetwork):
@@ -297,9 +298,12 @@ def _sac_networks(deterministic: bool) -> dict:
 
 
 def _cql_networks(deterministic: bool) -> dict:
-    # Deterministic: the CQL term (which samples uniform actions) weighs 0.
+    # CqlSacAgent.actor_loss is a tf.function: its random draws are fixed when
+    # each agent traces it, so a restored agent could not repeat them; the
+    # actor samples its mean. Deterministic: the CQL term (which samples
+    # uniform actions) weighs 0 too.
     return {
-        **_sac_networks(deterministic),
+        **_sac_networks(True),
         "cql_alpha": 0.0 if deterministic else 0.5,
         "num_cql_samples": 2,
         "include_critic_entropy_term": False,
@@ -356,6 +360,9 @@ class AgentCase:
         losses: `(optimizer argument, loss(agent, experience))` in the
             order the train step applies them.
         steps: The time steps of a training batch.
+        gradient_summaries: Whether `summarize_grads_and_vars` writes
+            tf-agents' own `<variable>_gradient_norm` scalars (not
+            BehavioralCloningAgent: only its variables).
     """
 
     agent_class: type
@@ -363,6 +370,7 @@ class AgentCase:
     networks: Callable[[bool], dict]
     losses: tuple[tuple[str, Callable[[Any, Any], tf.Tensor]], ...]
     steps: int = 2
+    gradient_summaries: bool = True
 
     @property
     def name(self) -> str:
@@ -421,6 +429,7 @@ AGENT_CASES = {
             ACTIONS,
             _bc_networks,
             (("optimizer", _bc_loss),),
+            gradient_summaries=False,
         ),
         AgentCase(cql_sac_agent.CqlSacAgent, CONTINUOUS, _cql_networks, _SAC_LOSSES),
     )

@@ -49,7 +49,9 @@ def test_matches_nfnets_reference(seed, shape, clipping, eps):
     if shape and rng.random() < 0.3:
         w[..., 0] = 0.0  # a zero-initialised unit: bounded by clipping * eps
     rule = AdaptiveGradientClip(clipping=clipping, eps=eps)
-    [out], state = ref.clipped(rule, [tf.constant(g)], [tf.constant(w)], tf.constant(1.0), {})
+    [out], state = ref.clipped(
+        rule, [tf.constant(g)], [tf.constant(w)], tf.constant(1.0), {}
+    )
     assert state == {}
     want = ref.agc(g, w, clipping, eps)
     np.testing.assert_allclose(out.numpy(), want, rtol=2e-6, atol=1e-30)

@@ -124,7 +124,9 @@ def test_scale_by_global_norm_keeps_bits_when_not_clipping(mode):
     from keras_gradmon.clipping import scale_by_global_norm
 
     x = tf.constant([1.0, 2.0, 3.0], tf.bfloat16)
-    fn = compile_fn(lambda g, c: scale_by_global_norm([g], ref.given_norm(10.0), 1.0, c), mode)
+    fn = compile_fn(
+        lambda g, c: scale_by_global_norm([g], ref.given_norm(10.0), 1.0, c), mode
+    )
     [kept] = fn(x, tf.constant(False))
     [scaled] = fn(x, tf.constant(True))
     np.testing.assert_array_equal(kept.numpy(), x.numpy())

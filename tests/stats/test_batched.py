@@ -8,11 +8,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from keras_gradmon.stats import STATISTICS, bucket_counts, stack_statistics
-from keras_gradmon.stats.batched import (
-    batched_bucket_counts,
-    batched_global_norm,
-    batched_statistics,
-)
+from keras_gradmon.stats.batched import batched_bucket_counts, batched_statistics
+from keras_gradmon.stats.norms import batched_global_norm
 from tests.conftest import compile_fn
 from tests.reference import (
     assert_statistics_close,
