@@ -463,5 +463,6 @@ def test_double_wrapping_is_refused(make):
         lambda: keras_gradmon.GradientMonitorOptimizer(wrapper),
         lambda: type(wrapper)(wrapper),
     ):
-        with pytest.raises(ValueError, match=r"`(inner_)?optimizer` is already monitored"):
+        already = r"`(inner_)?optimizer` is already monitored"
+        with pytest.raises(ValueError, match=already):
             again()
