@@ -1,7 +1,7 @@
 """Cost of keras_gradmon's clipping against Keras's own `global_clipnorm`.
 
-Same MLP and data as `bench_keras.py` (64-512-512-10, 8192 samples, batch
-128), `jit_compile=True`, one epoch per unit, interleaved repetitions:
+Same MLP as `bench_keras.py` (64-512-512-10, batch 128, 256 steps an
+epoch), `jit_compile=True`, one epoch per unit, 9 interleaved repetitions:
 
   A          Adam(1e-3, global_clipnorm=1.0): Keras clips by global norm.
   clip       GradientMonitorOptimizer(Adam(1e-3), clipping global_norm 1.0,
@@ -13,7 +13,7 @@ Same MLP and data as `bench_keras.py` (64-512-512-10, 8192 samples, batch
 
 Run from the repository root on an otherwise idle machine:
 
-    .venv/bin/python benchmarks/bench_clipping.py [--reps 5] [--markdown]
+    .venv/bin/python benchmarks/bench_clipping.py --markdown
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(8192, 64)).astype("float32")
-    y = rng.integers(0, 10, 8192)
+    x = rng.normal(size=(256 * 128, 64)).astype("float32")
+    y = rng.integers(0, 10, 256 * 128)
     units = {name: epoch_runner(options, x, y) for name, options in VARIANTS.items()}
     for unit in units.values():
         unit()  # compile

@@ -2,20 +2,21 @@
 `summarize_grads_and_vars` (the peer baseline `peer_overhead_tfagents.py`).
 
 A DqnAgent with a (256, 256) QNetwork, batch 64, `common.function(agent.train)`
-under a default summary writer; interleaved repetitions of 200 train steps:
+under a default summary writer; interleaved repetitions of 300 train steps
+(9 by default):
 
   plain      summarize_grads_and_vars=False, unwrapped Adam: the baseline.
   tfagents   summarize_grads_and_vars=True (a histogram and a norm per
              variable, every step, not rate-limited): measured 5.4x by peers.
   every1     GradientMonitorOptimizer, all statistics and histograms every
-             step, written from inside the step.       Target <= 1.5x.
-  every100   the same every 100 steps.                 Target <= 1.03x.
+             step, written from inside the step.       Target <= 2.0x.
+  every100   the same every 100 steps.                 Target <= 1.02x.
   idle       statistics never due (only the per-step gate): what a step
              that records nothing costs.
 
 Run from the repository root on an otherwise idle machine:
 
-    TF_USE_LEGACY_KERAS=1 .venv/bin/python benchmarks/bench_tfagents.py
+    TF_USE_LEGACY_KERAS=1 .venv/bin/python benchmarks/bench_tfagents.py --markdown
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ VARIANTS = {
     "every100": (False, {"every_n_steps": 100, "histogram_every_n_steps": 100}),
     "idle": (False, {"every_n_steps": 10**9, "histogram_every_n_steps": None}),
 }
-TARGETS = {"every1": 1.5, "every100": 1.03}
+TARGETS = {"every1": 2.0, "every100": 1.02}
 
 
 def make_train(summarize_grads: bool, monitor: dict | None):
@@ -85,8 +86,8 @@ def experience(batch: int = 64) -> trajectory.Trajectory:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     exp = experience()

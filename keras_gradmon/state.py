@@ -166,18 +166,34 @@ class HistogramSnapshot:
     has_grad: np.ndarray
 
 
-def _reader(variable: Any) -> Callable[[], tf.Tensor]:
+class _Reader:
     """A cheap eager read of `variable`: the raw `ReadVariableOp` (about 8 us)
     for a plain resource variable, `tf.identity` for anything else (a
-    distributed variable). The tensor read is a snapshot: a later assign
-    writes a new buffer while a reader holds the old one."""
-    from tensorflow.python.ops import gen_resource_variable_ops
+    distributed variable). Resolved at the first read, on the host: while
+    the state is built, inside the traced step, a Keras variable's `value`
+    is a graph tensor. The tensor read is a snapshot: a later assign writes
+    a new buffer while a reader holds the old one."""
 
-    inner = getattr(variable, "value", variable)  # a Keras 3 variable's tf one
-    if type(inner).__name__ == "ResourceVariable":
-        handle, dtype = inner.handle, inner.dtype
-        return lambda: gen_resource_variable_ops.read_variable_op(handle, dtype)
-    return lambda: tf.identity(variable)
+    def __init__(self, variable: Any) -> None:
+        self._variable = variable
+        self._read: Callable[[], tf.Tensor] | None = None
+
+    def __call__(self) -> tf.Tensor:
+        if self._read is None:
+            self._read = self._resolve()
+        return self._read()
+
+    def _resolve(self) -> Callable[[], tf.Tensor]:
+        from tensorflow.python.ops import gen_resource_variable_ops
+        from tensorflow.python.ops.resource_variable_ops import BaseResourceVariable
+
+        variable = self._variable
+        inner = getattr(variable, "value", variable)  # a Keras 3 variable's tf one
+        # Not a distributed variable: that is no BaseResourceVariable.
+        if tf.executing_eagerly() and isinstance(inner, BaseResourceVariable):
+            handle, dtype = inner.handle, inner.dtype
+            return lambda: gen_resource_variable_ops.read_variable_op(handle, dtype)
+        return lambda: tf.identity(variable)
 
 
 class MonitorState:
@@ -217,8 +233,13 @@ class MonitorState:
             shape = (rows, layout.buckets)
             self.hist_counts = make_variable("hist_counts", shape, "int32", 0)
             self.hist_ranges = make_variable("hist_ranges", (rows, 3), "float32", 0)
-        self._read_stats_step = _reader(self.stats_step)
-        self._read_values = _reader(self.values)
+        self._read_stats_step = _Reader(self.stats_step)
+        self._read_values = _Reader(self.values)
+        self._read_histograms = [
+            _Reader(v)
+            for v in (self.hist_step, self.hist_counts, self.hist_ranges)
+            if v is not None
+        ]
 
     # Inside the step -------------------------------------------------------
 
@@ -267,6 +288,4 @@ class MonitorState:
         """`(step, counts, ranges)` as tensors, or None when off."""
         if self.hist_step is None:
             return None
-        return tuple(
-            tf.identity(v) for v in (self.hist_step, self.hist_counts, self.hist_ranges)
-        )
+        return tuple(read() for read in self._read_histograms)
