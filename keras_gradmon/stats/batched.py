@@ -216,7 +216,8 @@ def batched_statistics(
         return tf.zeros([0, len(STATISTICS)])
     needs = set().union(*(_NEEDS.get(n, set()) for n in names))
     x, layout = _prepare(tensors)
-    counts = _counts(x, finite := tf.math.is_finite(x), layout)
+    finite = tf.math.is_finite(x)
+    counts = _counts(x, finite, layout)
     fast, rows = _fast(_reductions(x, finite, layout, needs), counts, needs)
     if fast:
         careful = functools.partial(_careful, x, layout, counts, fast, rows)

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from keras_gradmon import stats
 from keras_gradmon.stats import STATISTICS, bucket_counts, stack_statistics
 from keras_gradmon.stats.batched import batched_bucket_counts, batched_statistics
 from keras_gradmon.stats.norms import batched_global_norm
@@ -246,3 +247,13 @@ def test_global_norm_conventions():
     assert float(norm) == 0.0 and bool(finite)
     norm, _ = batched_global_norm([tf.constant([1e200], tf.float64), tf.ones([1])])
     assert float(norm) == 1e200
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in stats.__all__ if callable(getattr(stats, n))]
+)
+def test_autograph_converts_every_statistic(name):
+    # tf-agents traces with AutoGraph on in places (and the activation
+    # monitor does): a function it cannot convert prints a warning that
+    # asks users to report a TensorFlow bug. (A walrus once did that.)
+    tf.autograph.to_graph(getattr(stats, name))
