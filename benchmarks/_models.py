@@ -98,7 +98,12 @@ def application(name: str, size: int) -> Callable[[], keras.Model]:
 
     def build() -> keras.Model:
         model = getattr(keras.applications, name)
-        return model(weights=None, input_shape=(size, size, 3), classes=10)
+        return model(
+            weights=None,
+            input_shape=(size, size, 3),
+            classes=10,
+            classifier_activation=None,  # logits, as the benchmarks' loss takes
+        )
 
     return build
 

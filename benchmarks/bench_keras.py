@@ -72,7 +72,8 @@ VARIANTS = {
         {
             "every_n_steps": 1,
             "histogram_every_n_steps": 100,
-            "groups": {"first": "^[^/]*/[^/]*(conv|dense|embedding)[^/]*/"},
+            # Groups every model here has (paths differ between models).
+            "groups": {"kernels": "kernel$", "biases": "bias$"},
             "clipping": {"method": "global_norm", "max_norm": 1.0},
         },
         True,

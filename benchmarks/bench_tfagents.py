@@ -91,22 +91,32 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     exp = experience()
-    writer = tf.summary.create_file_writer(tempfile.mkdtemp(prefix="bench_tfa_"))
-    with writer.as_default():
-        trains = {name: make_train(*spec) for name, spec in VARIANTS.items()}
+    log_root = tempfile.mkdtemp(prefix="bench_tfa_")
+    # One writer per variant, as one log directory per run: two monitors
+    # never write unscoped tags to one writer (keras_gradmon refuses).
+    writers = {
+        name: tf.summary.create_file_writer(os.path.join(log_root, name))
+        for name in VARIANTS
+    }
+    trains = {}
+    for name, spec in VARIANTS.items():
+        with writers[name].as_default():
+            trains[name] = make_train(*spec)
 
-        def unit(train):
-            def run() -> None:
+    def unit(name: str):
+        def run() -> None:
+            with writers[name].as_default():
                 for _ in range(args.steps):
-                    train(exp)
+                    trains[name](exp)
 
-            return run
+        return run
 
-        units = {name: unit(train) for name, train in trains.items()}
-        for train in trains.values():
+    units = {name: unit(name) for name in trains}
+    for name in trains:
+        with writers[name].as_default():
             for _ in range(20):
-                train(exp)  # trace and warm up
-        rows = summarize(interleaved_times(units, args.reps), "plain", TARGETS)
+                trains[name](exp)  # trace and warm up
+    rows = summarize(interleaved_times(units, args.reps), "plain", TARGETS)
     rows = [{"model": "dqn", **row} for row in rows]
     print(format_table(rows))
     if args.markdown:

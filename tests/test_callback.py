@@ -43,6 +43,35 @@ def _fit(tmp_path, epochs=1, **options):
     return load_events(log_dir), expected, weights, optimizer, history
 
 
+def _check_variable(step0: dict, path: str, g: np.ndarray, w: np.ndarray) -> None:
+    """The step-0 statistics of one variable against the NumPy reference."""
+    ref, wref = reference_statistics(g), reference_statistics(w)
+    for name in keras_gradmon.STATISTICS:
+        # The reference gradient comes from an eager tape, the recorded
+        # one from the XLA step: they differ by float32 rounding, a few
+        # ulps of the largest element. A mean that cancels to ~0 (the
+        # head bias: softmax minus one-hot sums to 0) is only that noise.
+        np.testing.assert_allclose(
+            step0[f"grad_{name}/{path}"],
+            ref[name],
+            rtol=2e-5,
+            atol=8 * np.finfo(np.float32).eps * ref["max_abs"],
+            err_msg=f"grad_{name}/{path}",
+        )
+        np.testing.assert_allclose(
+            step0[f"weight_{name}/{path}"],
+            wref[name],
+            rtol=2e-6,
+            atol=1e-7 * wref["max_abs"],
+        )
+    if wref["norm"] > 0:
+        np.testing.assert_allclose(
+            step0[f"grad_to_weight/{path}"], ref["norm"] / wref["norm"], rtol=2e-5
+        )
+    else:  # zero-initialised bias: no ratio at step 0
+        assert f"grad_to_weight/{path}" not in step0
+
+
 def test_event_files_hold_the_reference_statistics(tmp_path):
     events, grads, weights, _, _ = _fit(
         tmp_path,
@@ -66,31 +95,7 @@ def test_event_files_hold_the_reference_statistics(tmp_path):
     head = np.concatenate([g.ravel() for g in grads[2:]]).astype(np.float64)
     np.testing.assert_allclose(step0["grad_norm/head"], np.linalg.norm(head), rtol=1e-5)
     for path, g, w in zip(PATHS, grads, weights):
-        ref, wref = reference_statistics(g), reference_statistics(w)
-        for name in keras_gradmon.STATISTICS:
-            # The reference gradient comes from an eager tape, the recorded
-            # one from the XLA step: they differ by float32 rounding, a few
-            # ulps of the largest element. A mean that cancels to ~0 (the
-            # head bias: softmax minus one-hot sums to 0) is only that noise.
-            np.testing.assert_allclose(
-                step0[f"grad_{name}/{path}"],
-                ref[name],
-                rtol=2e-5,
-                atol=8 * np.finfo(np.float32).eps * ref["max_abs"],
-                err_msg=f"grad_{name}/{path}",
-            )
-            np.testing.assert_allclose(
-                step0[f"weight_{name}/{path}"],
-                wref[name],
-                rtol=2e-6,
-                atol=1e-7 * wref["max_abs"],
-            )
-        if wref["norm"] > 0:
-            np.testing.assert_allclose(
-                step0[f"grad_to_weight/{path}"], ref["norm"] / wref["norm"], rtol=2e-5
-            )
-        else:  # zero-initialised bias: no ratio at step 0
-            assert f"grad_to_weight/{path}" not in step0
+        _check_variable(step0, path, g, w)
     assert step0["grad_nonfinite/global"] == 0 and step0["grad_missing/global"] == 0
     for path, g, w in zip(PATHS, grads, weights):
         series = histogram_series(events, f"grad_hist/{path}")

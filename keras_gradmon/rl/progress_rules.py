@@ -18,7 +18,41 @@ RETURN = "return"  # {"episodes": mean of the last N, "evaluation": eval mean}
 THROUGHPUT = "env steps/s"  # {"collection": environment steps per second}
 
 
-class LowIntensityRule(Rule):
+class StreakRule(Rule):
+    """A rule that fires when `breached(value)` holds for `patience`
+    consecutive summaries of a subject; subclasses say what a breach is and
+    its `limit` (the threshold the alert names)."""
+
+    def __init__(self, patience: int) -> None:
+        super().__init__()
+        self.patience = _validation.positive_int("patience", patience)
+        self._streak: dict[str, int] = {}
+
+    @property
+    def limit(self) -> float:
+        raise NotImplementedError
+
+    def breached(self, value: float) -> bool:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        super().reset()
+        self._streak.clear()
+
+    def _evaluate(self, step: int, values: dict[str, float]) -> list[Alert]:
+        alerts = []
+        for subject, value in values.items():
+            streak = self._streak.get(subject, 0) + 1 if self.breached(value) else 0
+            self._streak[subject] = streak
+            if streak >= self.patience:
+                context = f" for {streak} summaries" if self.patience > 1 else ""
+                alerts.append(
+                    self._alert(step, subject, value, self.limit, context=context)
+                )
+        return alerts
+
+
+class LowIntensityRule(StreakRule):
     """Warns when the training intensity stays below `minimum` (1: some
     samples are never trained on) for `patience` consecutive summaries.
 
@@ -38,26 +72,15 @@ class LowIntensityRule(Rule):
     )
 
     def __init__(self, minimum: float = 1.0, patience: int = 2) -> None:
-        super().__init__()
+        super().__init__(patience)
         self.minimum = _validation.positive_finite("minimum", minimum)
-        self.patience = _validation.positive_int("patience", patience)
-        self._streak: dict[str, int] = {}
 
-    def reset(self) -> None:
-        super().reset()
-        self._streak.clear()
+    @property
+    def limit(self) -> float:
+        return self.minimum
 
-    def _evaluate(self, step: int, values: dict[str, float]) -> list[Alert]:
-        alerts = []
-        for subject, value in values.items():
-            streak = self._streak.get(subject, 0) + 1 if value < self.minimum else 0
-            self._streak[subject] = streak
-            if streak >= self.patience:
-                context = f" for {streak} summaries" if self.patience > 1 else ""
-                alerts.append(
-                    self._alert(step, subject, value, self.minimum, context=context)
-                )
-        return alerts
+    def breached(self, value: float) -> bool:
+        return value < self.minimum
 
 
 class ReturnCollapseRule(Rule):

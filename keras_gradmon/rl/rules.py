@@ -28,6 +28,7 @@ from keras_gradmon.rl.progress_rules import (
     THROUGHPUT,
     LowIntensityRule,
     ReturnCollapseRule,
+    StreakRule,
     ThroughputDropRule,
 )
 
@@ -102,7 +103,7 @@ class EntropyCollapseRule(Rule):
         return alerts
 
 
-class OverestimationRule(Rule):
+class OverestimationRule(StreakRule):
     """Warns when the value estimate exceeds the realized return `ratio`
     times over for `patience` consecutive summaries.
 
@@ -132,26 +133,15 @@ class OverestimationRule(Rule):
     )
 
     def __init__(self, ratio: float = 2.0, patience: int = 3) -> None:
-        super().__init__()
+        super().__init__(patience)
         self.ratio = _validation.greater_than_one("ratio", ratio)
-        self.patience = _validation.positive_int("patience", patience)
-        self._streak: dict[str, int] = {}
 
-    def reset(self) -> None:
-        super().reset()
-        self._streak.clear()
+    @property
+    def limit(self) -> float:
+        return self.ratio
 
-    def _evaluate(self, step: int, values: dict[str, float]) -> list[Alert]:
-        alerts = []
-        for subject, value in values.items():
-            streak = self._streak.get(subject, 0) + 1 if value > self.ratio else 0
-            self._streak[subject] = streak
-            if streak >= self.patience:
-                context = f" for {streak} summaries" if self.patience > 1 else ""
-                alerts.append(
-                    self._alert(step, subject, value, self.ratio, context=context)
-                )
-        return alerts
+    def breached(self, value: float) -> bool:
+        return value > self.ratio
 
 
 def default_rl_rules() -> dict[str, Rule]:

@@ -34,6 +34,23 @@ def _batch() -> trajectory.Trajectory:
     )
 
 
+def _sac(actor_opt, critic_opt, counter) -> sac_agent.SacAgent:
+    return sac_agent.SacAgent(
+        ts.time_step_spec(OBS),
+        ACTIONS,
+        critic_network=critic_network.CriticNetwork(
+            (OBS, ACTIONS), joint_fc_layer_params=(8,)
+        ),
+        actor_network=actor_distribution_network.ActorDistributionNetwork(
+            OBS, ACTIONS, fc_layer_params=(8,)
+        ),
+        actor_optimizer=actor_opt,
+        critic_optimizer=critic_opt,
+        alpha_optimizer=tf.keras.optimizers.Adam(1e-3),
+        train_step_counter=counter,
+    )
+
+
 def test_two_scoped_wrappers_survive_sac(tmp_path):
     tf.random.set_seed(0)
     counter = tf.Variable(0, dtype=tf.int64)
@@ -48,20 +65,7 @@ def test_two_scoped_wrappers_survive_sac(tmp_path):
         )
         for scope in ("actor", "critic")
     )
-    agent = sac_agent.SacAgent(
-        ts.time_step_spec(OBS),
-        ACTIONS,
-        critic_network=critic_network.CriticNetwork(
-            (OBS, ACTIONS), joint_fc_layer_params=(8,)
-        ),
-        actor_network=actor_distribution_network.ActorDistributionNetwork(
-            OBS, ACTIONS, fc_layer_params=(8,)
-        ),
-        actor_optimizer=actor_opt,
-        critic_optimizer=critic_opt,
-        alpha_optimizer=tf.keras.optimizers.Adam(1e-3),
-        train_step_counter=counter,
-    )
+    agent = _sac(actor_opt, critic_opt, counter)
     agent.initialize()
     # SAC converts new-style optimizers to legacy ones; `convert_like_sac`
     # did the same inside the wrappers, which SAC leaves alone.

@@ -112,6 +112,40 @@ def _skipped(optimizer: Any) -> int:
     return -1 if monitor is None else int(monitor.state.skipped.numpy())
 
 
+def _distributed(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset) -> Any:
+    """`dataset` split by data: each worker takes its part of every batch."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.DATA
+    )
+    return strategy.experimental_distribute_dataset(dataset.with_options(options))
+
+
+def _loop_step(strategy: Any, model: Any, optimizer: Any, per_example: Any) -> Any:
+    """The compiled step of `loop_run`: one global batch, NaN on the last
+    replica's first gradient when `poison`."""
+
+    def replica_step(xb: tf.Tensor, yb: tf.Tensor, poison: tf.Tensor) -> None:
+        with tf.GradientTape() as tape:
+            losses = per_example(yb, model(xb, training=True))
+            loss = tf.nn.compute_average_loss(losses, global_batch_size=GLOBAL_BATCH)
+        grads = tape.gradient(loss, model.trainable_variables)
+        context = tf.distribute.get_replica_context()
+        last = context.num_replicas_in_sync - 1
+        bad = tf.logical_and(poison, tf.equal(context.replica_id_in_sync_group, last))
+        grads[0] = tf.where(bad, grads[0] * np.nan, grads[0])
+        optimizer.apply(grads, model.trainable_variables)
+
+    @tf.function
+    def step(xb: Any, yb: Any, poison: tf.Tensor) -> None:
+        if strategy is None:
+            replica_step(xb, yb, poison)
+        else:
+            strategy.run(replica_step, args=(xb, yb, poison))
+
+    return step
+
+
 def loop_run(
     strategy: tf.distribute.Strategy | None,
     options: dict,
@@ -133,33 +167,9 @@ def loop_run(
         optimizer = _optimizer(options, None)
         optimizer.build(model.trainable_variables)
     if strategy is not None:
-        options_ = tf.data.Options()
-        # Each worker takes its part of every global batch.
-        options_.experimental_distribute.auto_shard_policy = (
-            tf.data.experimental.AutoShardPolicy.DATA
-        )
-        dataset = strategy.experimental_distribute_dataset(
-            dataset.with_options(options_)
-        )
+        dataset = _distributed(strategy, dataset)
 
-    def replica_step(xb: tf.Tensor, yb: tf.Tensor, poison: tf.Tensor) -> None:
-        with tf.GradientTape() as tape:
-            losses = per_example(yb, model(xb, training=True))
-            loss = tf.nn.compute_average_loss(losses, global_batch_size=GLOBAL_BATCH)
-        grads = tape.gradient(loss, model.trainable_variables)
-        context = tf.distribute.get_replica_context()
-        last = context.num_replicas_in_sync - 1
-        bad = tf.logical_and(poison, tf.equal(context.replica_id_in_sync_group, last))
-        grads[0] = tf.where(bad, grads[0] * np.nan, grads[0])
-        optimizer.apply(grads, model.trainable_variables)
-
-    @tf.function
-    def step(xb: Any, yb: Any, poison: tf.Tensor) -> None:
-        if strategy is None:
-            replica_step(xb, yb, poison)
-        else:
-            strategy.run(replica_step, args=(xb, yb, poison))
-
+    step = _loop_step(strategy, model, optimizer, per_example)
     weights_before, snapshots = [], []
     for i, (xb, yb) in enumerate(dataset):
         weights_before.append(model.get_weights())
