@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from keras_gradmon.graph import gate
+
 #: The statistics computed for every tensor, in storage order. A statistic
 #: is defined here alone: its name, the reductions it needs (`_NEEDS`) and
 #: how they finish into its value (`_finish`).
@@ -221,7 +223,7 @@ def batched_statistics(
     fast, rows = _fast(_reductions(x, finite, layout, needs), counts, needs)
     if fast:
         careful = functools.partial(_careful, x, layout, counts, fast, rows)
-        fast = tf.cond(tf.reduce_any(rows), careful, lambda: fast)
+        fast = gate(tf.reduce_any(rows), careful, lambda: fast)
     return _finish(fast, counts, layout, names)
 
 

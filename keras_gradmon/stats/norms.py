@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from keras_gradmon.graph import gate
+
 
 def combine_norms(norms: tf.Tensor) -> tf.Tensor:
     """L2 norm of the concatenation of tensors, given each tensor's L2 norm.
@@ -78,4 +80,4 @@ def batched_global_norm(
         return tf.where(all_finite, norm, tf.cast(fast, tf.float64)), all_finite
 
     exact = (tf.cast(fast, tf.float64), tf.constant(True))
-    return tf.cond(tf.math.is_finite(fast), lambda: exact, rescue)
+    return gate(tf.math.is_finite(fast), lambda: exact, rescue)
