@@ -266,6 +266,17 @@ class MonitorState:
         self.hist_ranges.assign(tf.concat(ranges, 0))
         self.hist_step.assign(step)
 
+    def latest_values(self) -> tf.Tensor:
+        """The flat vector of the latest summary, as a graph tensor."""
+        return tf.convert_to_tensor(self.values)
+
+    def latest_histograms(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """`(counts, ranges)` of the latest histograms, as graph tensors."""
+        return (
+            tf.convert_to_tensor(self.hist_counts),
+            tf.convert_to_tensor(self.hist_ranges),
+        )
+
     # Host side -------------------------------------------------------------
 
     def steps(self) -> tuple[int, int]:

@@ -53,3 +53,9 @@ def claim(destination: Any, scope: str | None, owner: Any, label: str) -> None:
                 "write to separate log directories."
             )
         _owners[key] = (weakref.ref(owner), label, writer)
+
+
+def claim_monitor(monitor: Any, destinations: list, label: str) -> None:
+    """Claims `monitor`'s tag scope at each of `destinations` (see `claim`)."""
+    for destination in destinations:
+        claim(destination, monitor.config.tag_scope, monitor, label)

@@ -78,7 +78,7 @@ def write_recorded(
     if not summaries_enabled():
         return
     writer = default_writer()
-    claims.claim(writer, monitor.config.tag_scope, monitor, label)
+    claims.claim_monitor(monitor, [writer], label)
     step = tf.cast(step, tf.int64)
     present = set(present)
     run_if(due.scalars, lambda: _write_scalars(monitor, step, present))
@@ -86,7 +86,7 @@ def write_recorded(
 
 
 def _write_scalars(monitor: GradientMonitor, step: tf.Tensor, present: set) -> None:
-    flat = tf.convert_to_tensor(monitor.state.values)
+    flat = monitor.state.latest_values()
     for entry in monitor.tags.graph_scalars(present):
         value = flat[entry.index]
         if entry.optional:  # written only while finite, as on the host
@@ -103,8 +103,7 @@ def _write_histograms(monitor: GradientMonitor, step: tf.Tensor, present: set) -
     metadata = histogram_metadata.create_summary_metadata(
         display_name="", description=""
     )
-    counts = tf.convert_to_tensor(monitor.state.hist_counts)
-    ranges = tf.convert_to_tensor(monitor.state.hist_ranges)
+    counts, ranges = monitor.state.latest_histograms()
     rows = len(monitor.paths)
     for entry in monitor.tags.histograms:
         if entry.kind == "grad" and entry.row not in present:

@@ -95,10 +95,10 @@ class MonitorWriter:
     def _claim(self) -> None:
         if self._claimed:
             return
-        scope = self.monitor.config.tag_scope
-        for recorder in self.recorders:
-            if recorder.destination is not None:
-                claims.claim(recorder.destination, scope, self.monitor, self.label)
+        destinations = [r.destination for r in self.recorders]
+        claims.claim_monitor(
+            self.monitor, [d for d in destinations if d is not None], self.label
+        )
         self._claimed = True
 
     def capture(self, scalars: bool = True, histograms: bool = False) -> None:
