@@ -30,11 +30,13 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Reads the event files under LOGDIR (checking every record) and "
             "prints, per run: the global gradient norm over time, clipping, "
-            "skipped steps, alerts in order and the layers that look "
-            "unhealthy; for RL runs (rl/... tags) the return, entropy, value "
-            "against return, training intensity and throughput; with --group, "
-            "the final return across seeds. Writes PNG plots and a "
-            "self-contained HTML page."
+            "skipped steps, summary steps dropped by the history buffer, the "
+            "final loss (Keras's epoch_loss or tf-agents' Losses/*), alerts "
+            "in order and the layers that look unhealthy; for RL runs (rl/... "
+            "tags) the return, entropy, value against return, training "
+            "intensity and throughput; with --group, the final return across "
+            "seeds. Writes PNG plots and a self-contained HTML page into "
+            "LOGDIR/report, or into --out DIR."
         ),
     )
     _report_arguments(report)
@@ -51,7 +53,13 @@ def _parser() -> argparse.ArgumentParser:
 def _report_arguments(report: argparse.ArgumentParser) -> None:
     report.add_argument("logdir", metavar="LOGDIR")
     report.add_argument(
-        "--out", default=None, help="where the plots and HTML go (LOGDIR/report)"
+        "--out",
+        metavar="DIR",
+        default=None,
+        help=(
+            "where the PNG plots and report.html go (default: LOGDIR/report); "
+            "made with its parents if missing; must not be a file"
+        ),
     )
     report.add_argument(
         "--fail-on",
@@ -119,8 +127,8 @@ def run_report(
         print(f"keras-gradmon report: {damage.message}", file=sys.stderr)
     if contents.empty and contents.damaged:
         return EXIT_ERROR
-    if plots and not contents.empty:
-        _write_page(log_dir, out_dir, contents)
+    if plots and not contents.empty and not _write_page(log_dir, out_dir, contents):
+        return EXIT_ERROR
     if fail_on is not None:
         failing = failing_alerts([*contents.reports, *contents.rl], fail_on)
         if failing:
@@ -132,16 +140,44 @@ def run_report(
     return 0
 
 
-def _write_page(log_dir: str, out_dir: str | None, contents: Contents) -> None:
+def _write_page(log_dir: str, out_dir: str | None, contents: Contents) -> bool:
+    """Writes the plots and HTML page; False (with a message) if it cannot."""
     from keras_gradmon.report.html_page import report_html
     from keras_gradmon.report.render import write_plots
 
     out_dir = out_dir or os.path.join(log_dir, "report")
-    written = write_plots(contents, out_dir)
     page = os.path.join(out_dir, "report.html")
-    with open(page, "w", encoding="utf-8") as file:
-        file.write(report_html(log_dir, contents, written))
+    try:
+        written = write_plots(contents, out_dir)
+        with open(page, "w", encoding="utf-8") as file:
+            file.write(report_html(log_dir, contents, written))
+    except OSError as error:
+        print(
+            f"keras-gradmon report: cannot write the plots and HTML into "
+            f"{out_dir!r} ({error}). Pass another directory with --out DIR.",
+            file=sys.stderr,
+        )
+        return False
     print(f"\nPlots and HTML report: {os.path.abspath(page)}")
+    return True
+
+
+def _check_out(out_dir: str | None) -> str | None:
+    """An error message for an `--out` that is (or is under) a file, else None."""
+    if out_dir is None:
+        return None
+    path = out_dir
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path.rstrip(os.sep))
+        if parent == path:
+            break
+        path = parent
+    if path and os.path.exists(path) and not os.path.isdir(path):
+        return (
+            f"--out must be a directory (made if missing), and {path!r} is a "
+            f"file. Received: --out {out_dir!r}"
+        )
+    return None
 
 
 def _check_group(pattern: str | None) -> str | None:
@@ -168,7 +204,7 @@ def _report(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    problem = _check_group(args.group)
+    problem = _check_group(args.group) or _check_out(args.out)
     if problem is not None:
         print(problem, file=sys.stderr)
         return EXIT_ERROR

@@ -21,8 +21,15 @@ from keras_gradmon.report.findings import (
     prefix,
     subjects,
 )
+from keras_gradmon.report.losses import FinalLoss, final_loss
 from keras_gradmon.rl.tags import is_rl_alert_scope
 from keras_gradmon.tags import monitor_scopes, variable_statistic
+
+#: The tags of steps lost to the monitor's history buffer (`summary_history`):
+#: `dropped/<kind>`, `dropped/<scope>/<kind>` (see `keras_gradmon.tags`),
+#: cumulative counts.
+DROPPED = "dropped"
+SUMMARIES, HISTOGRAMS = "summaries", "histograms"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +72,13 @@ class NormSummary:
 
 @dataclasses.dataclass(frozen=True)
 class RunReport:
-    """What the report says about one monitored optimizer in one run."""
+    """What the report says about one monitored optimizer in one run.
+
+    `final_loss` is `loss.value` (`loss` says where it comes from);
+    `dropped_summaries` and `dropped_histograms` are the last
+    `dropped/[<scope>/]summaries` and `.../histograms`: recorded summary and
+    histogram steps lost to an overflowing history buffer.
+    """
 
     run: str
     scope: str | None
@@ -78,6 +91,9 @@ class RunReport:
     findings: list[Finding]
     groups: dict[str, tuple[np.ndarray, np.ndarray]]
     layer_norms: dict[str, tuple[np.ndarray, np.ndarray]]
+    loss: FinalLoss | None = None
+    dropped_summaries: int | None = None
+    dropped_histograms: int | None = None
 
     @property
     def title(self) -> str:
@@ -100,7 +116,24 @@ def scopes(run: Run) -> list[str | None]:
         for alert in run.alerts
         if not is_rl_alert_scope(alert.get("scope"))
     )
+    for kind in (SUMMARIES, HISTOGRAMS):
+        found.update(s for s, count in dropped(run, kind).items() if count > 0)
     return sorted(found, key=lambda s: (s is not None, s or ""))
+
+
+def dropped(run: Run, kind: str = SUMMARIES) -> dict[str | None, int]:
+    """`{scope: last value}` of the run's `dropped/[<scope>/]<kind>` tags:
+    how many recorded `kind` steps the history buffer lost, so far."""
+    found = {}
+    for name in run.scalars:
+        statistic, _, rest = name.partition("/")
+        if statistic != DROPPED or not rest.endswith(kind):
+            continue
+        head = rest[: -len(kind)]
+        if head == "" or (head.endswith("/") and "/" not in head[:-1]):
+            value = last(run, name)[1]
+            found[head[:-1] or None] = int(value) if np.isfinite(value) else 0
+    return found
 
 
 def _variables(run: Run, scope: str | None) -> tuple[list[str], list[str]]:
@@ -172,7 +205,7 @@ def analyze_run(
     clip = run.series(prefix("clip", scope) + "fraction")[1]
     skipped = last(run, prefix("skipped", scope) + "steps")
     nonfinite = run.series(prefix("grad_nonfinite", scope) + "global")[1]
-    loss = last(run, "epoch_loss") or last(run, "loss")
+    loss = final_loss(run)
     return RunReport(
         run=run.name,
         scope=scope,
@@ -180,12 +213,15 @@ def analyze_run(
         clip_fraction=float(np.nanmean(clip)) if clip.size else None,
         skipped_steps=int(skipped[1]) if skipped else None,
         nonfinite_summaries=int(np.sum(np.nan_to_num(nonfinite, nan=1.0) > 0)),
-        final_loss=loss[1] if loss else None,
+        final_loss=loss.value if loss else None,
         alerts=[a for a in run.alerts if a.get("scope") == scope],
         findings=gradient_findings(run, layer_norms, variables, scope, criteria)
         + activation_findings(run, scope, criteria),
         groups=groups,
         layer_norms=layer_norms,
+        loss=loss,
+        dropped_summaries=dropped(run, SUMMARIES).get(scope),
+        dropped_histograms=dropped(run, HISTOGRAMS).get(scope),
     )
 
 

@@ -67,7 +67,8 @@ class Run:
     """The numbers of one run (one directory of event files).
 
     Attributes:
-        name: The directory relative to the log directory ("." for itself).
+        name: The directory relative to the log directory (the log
+            directory's own name for itself).
         scalars: `{tag: {step: value}}` of every scalar.
         histogram_tags: The histogram tags.
         alerts: The alerts written by keras_gradmon (`Alert.to_dict()`
@@ -196,12 +197,22 @@ def load_run(path: str, name: str) -> Run:
 
 
 def load_runs(log_dir: str) -> list[Run]:
-    """Every run under `log_dir`, named by its path relative to `log_dir`.
+    """Every run under `log_dir`, named by its path relative to `log_dir`
+    (`log_dir` itself by its own name: `logs/dqn_run` is run `dqn_run`).
 
     Raises:
         ReportError: `log_dir` is missing, is a file, or holds no event file.
     """
     return [
-        load_run(path, os.path.relpath(path, log_dir))
-        for path in run_directories(log_dir)
+        load_run(path, run_name(path, log_dir)) for path in run_directories(log_dir)
     ]
+
+
+def run_name(path: str, log_dir: str) -> str:
+    """The name of run directory `path` under `log_dir`: its relative path, or
+    the directory's own name when it is `log_dir` itself."""
+    name = os.path.relpath(path, log_dir)
+    if name != os.curdir:
+        return name
+    full = os.path.abspath(log_dir)
+    return os.path.basename(full) or full

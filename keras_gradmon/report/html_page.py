@@ -13,6 +13,7 @@ from keras_gradmon.report.render import (
     NO_DATA,
     Contents,
     alert_line,
+    dropped_warnings,
     run_text,
     summary_rows,
 )
@@ -91,6 +92,10 @@ def _summaries(contents: Contents, plots: dict[str, list[str]]) -> list[str]:
         return [*parts, f"<p>{html.escape(NO_DATA)}</p>"]
     if contents.reports:
         parts.append(_table(summary_rows(contents.reports)))
+        parts += [
+            f"<p class='warning'>{html.escape(warning)}</p>"
+            for warning in dropped_warnings(contents.reports)
+        ]
     if contents.rl:
         parts += ["<h2>RL training health</h2>", _table(rl_rows(contents.rl))]
     if contents.groups:

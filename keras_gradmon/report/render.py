@@ -23,6 +23,8 @@ from keras_gradmon.report.rl_render import (
 
 #: The `write_plots` key of the groups' figure.
 GROUPS = "groups"
+#: What to do about summaries lost to the history buffer.
+DROPPED_HINT = "raise `summary_history`"
 NO_DATA = (
     "No keras_gradmon data in these event files (no grad_norm/.../global, "
     "activation_* or rl/... tags)."
@@ -92,6 +94,25 @@ def summary_rows(reports: list[RunReport]) -> list[list[str]]:
     return rows
 
 
+def _dropped(report: RunReport) -> list[tuple[str, int]]:
+    """`(kind, count)` of the steps the history buffer lost, if any."""
+    counts = (
+        ("summary", report.dropped_summaries),
+        ("histogram", report.dropped_histograms),
+    )
+    return [(kind, count) for kind, count in counts if count]
+
+
+def dropped_warnings(reports: list[RunReport]) -> list[str]:
+    """A warning per report whose history buffer lost steps."""
+    warnings = []
+    for r in reports:
+        lost = " and ".join(f"{n} {kind} step(s)" for kind, n in _dropped(r))
+        if lost:
+            warnings.append(f"WARNING: {r.title}: {lost} dropped ({DROPPED_HINT})")
+    return warnings
+
+
 def table(rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
@@ -124,8 +145,15 @@ def run_text(report: RunReport, max_alerts: int = 20) -> str:
         lines.append(f"clipping: {report.clip_fraction:.0%} of steps clipped")
     if report.skipped_steps is not None:
         lines.append(f"skipped (non-finite) steps: {report.skipped_steps}")
-    if report.final_loss is not None:
+    if report.loss is not None:
+        lines.append(report.loss.description)
+    elif report.final_loss is not None:
         lines.append(f"final loss: {format_number(report.final_loss)}")
+    for kind, count in _dropped(report):
+        lines.append(
+            f"dropped {kind} steps: {count} recorded {kind} step(s) were lost: "
+            f"the history buffer overflowed between two host reads ({DROPPED_HINT})"
+        )
     lines.append(f"alerts ({len(report.alerts)}):" if report.alerts else "alerts: none")
     for alert in report.alerts[:max_alerts]:
         lines.append(f"  {alert_line(alert)}")
@@ -154,6 +182,8 @@ def report_text(log_dir: str, contents: Contents) -> str:
     if contents.reports:
         parts += ["", f"{len(contents.reports)} monitored optimizer(s):"]
         parts += ["", table(summary_rows(contents.reports))]
+        warnings = dropped_warnings(contents.reports)
+        parts += ["", *warnings] if warnings else []
     if contents.rl:
         parts += ["", f"RL training health ({len(contents.rl)} agent(s)):"]
         parts += ["", table(rl_rows(contents.rl))]
