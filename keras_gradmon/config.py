@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from keras_gradmon.config_checks import (
+    _fail,
+    _is_positive_int,
+    check_statistics,
+    check_tag_scope,
+)
 from keras_gradmon.config_files import monitor_section
 from keras_gradmon.naming import check_groups
 from keras_gradmon.schedule import Frequency, check_frequency
 from keras_gradmon.stats.batched import STATISTICS
-
-
-def _is_positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _fail(name: str, requirement: str, value: object) -> None:
-    raise ValueError(f"`{name}` {requirement}. Received: {name}={value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +53,13 @@ class MonitorConfig:
         skip_nonfinite: Skip the update (weights and the inner optimizer's
             state untouched) on a step where any gradient holds NaN or Inf,
             and count it.
+        summary_history: How many recorded summaries (and histogram steps)
+            the state keeps for the host to read. A train step that applies
+            several times per batch, or `steps_per_execution`, records
+            several summaries between two reads; all of them are written
+            as long as no more than this many come between two reads (the
+            writer says when some were lost, and writes their count under
+            `dropped/summaries`).
 
     Example:
 
@@ -74,6 +78,7 @@ class MonitorConfig:
     tag_scope: str | None = None
     clipping: Mapping[str, Any] | None = None
     skip_nonfinite: bool = False
+    summary_history: int = 32
 
     def __post_init__(self) -> None:
         self._validate_frequency("every_n_steps", self.every_n_steps)
@@ -93,34 +98,16 @@ class MonitorConfig:
                 _fail(name, "must be a bool", getattr(self, name))
         self._validate_groups()
         self._validate_clipping()
-        if self.tag_scope is not None and (
-            not isinstance(self.tag_scope, str)
-            or not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.tag_scope)
-        ):
-            _fail(
-                "tag_scope",
-                "must be None or a non-empty string of letters, "
-                "digits, '_', '.' or '-'",
-                self.tag_scope,
-            )
+        check_tag_scope(self.tag_scope)
+        if not _is_positive_int(self.summary_history):
+            _fail("summary_history", "must be a positive integer", self.summary_history)
 
     @staticmethod
     def _validate_frequency(name: str, value: object) -> None:
         check_frequency(name, value)
 
     def _validate_statistics(self) -> None:
-        value = self.statistics
-        if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            _fail(
-                "statistics", f"must be a list of names from {list(STATISTICS)}", value
-            )
-        unknown = [name for name in value if name not in STATISTICS]
-        if unknown:
-            raise ValueError(
-                f"`statistics` contains unknown statistic {unknown[0]!r}. Valid "
-                f"names: {list(STATISTICS)}. Received: statistics={value!r}"
-            )
-        object.__setattr__(self, "statistics", tuple(value))
+        object.__setattr__(self, "statistics", check_statistics(self.statistics))
 
     def _validate_groups(self) -> None:
         object.__setattr__(self, "groups", check_groups(self.groups))

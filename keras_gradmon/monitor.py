@@ -26,6 +26,7 @@ import tensorflow as tf
 from keras_gradmon.clipping import global_norm_of
 from keras_gradmon.config import MonitorConfig
 from keras_gradmon.graph import run_if
+from keras_gradmon.history import NO_STEP, latest_entry, unpack
 from keras_gradmon.measurement import (
     ClipOutcome,
     Due,
@@ -87,6 +88,7 @@ class GradientMonitor:
             num_groups=len(self.group_members),
             weights=self.config.weight_statistics,
             buckets=self.config.histogram_buckets if histograms else None,
+            history=self.config.summary_history,
         )
         spec = self.clip_rule.state_spec() if self.clip_rule else None
         self.state = MonitorState(make_variable, self.layout, spec)
@@ -251,12 +253,21 @@ class GradientMonitor:
 
     def snapshot(self) -> Snapshot:
         """The latest scalar statistics as NumPy data (one host read)."""
-        return self.scalar_values(*self.state.read_scalars())
+        entry = latest_entry(self.layout.history, *unpack(self.state.capture_scalars()))
+        if entry is None:
+            return self.scalar_values(NO_STEP, np.zeros(self.layout.size, np.float32))
+        return self.scalar_values(entry.step, *entry.payloads)
 
     def histogram_snapshot(self) -> HistogramSnapshot | None:
-        """The latest histograms as NumPy data, or None if histograms are off."""
+        """The latest histograms as NumPy data, or None if histograms are off
+        or none were recorded yet."""
         captured = self.state.capture_histograms()
-        return None if captured is None else self.histogram_values(*captured)
+        if captured is None:
+            return None
+        entry = latest_entry(self.layout.history, *unpack(captured))
+        if entry is None:
+            return None
+        return self.histogram_values(entry.step, *entry.payloads)
 
     def histogram_values(
         self, step: Any, counts: Any, ranges: Any

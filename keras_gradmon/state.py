@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from keras_gradmon.history import NO_STEP, Ring
 from keras_gradmon.measurement import (
     TOTALS,
     HistogramMeasurement,
@@ -31,7 +32,7 @@ COLUMNS: tuple[str, ...] = (*STATISTICS, "present")
 #: `make_variable(name, shape, dtype, initial_value)`.
 VariableFactory = Callable[[str, tuple, str, float], Any]
 
-NO_STEP = -1
+__all__ = ["NO_STEP", "HistogramSnapshot", "Layout", "MonitorState", "Snapshot"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Layout:
     num_groups: int
     weights: bool
     buckets: int | None = None
+    history: int = 1
 
     def scalar_fields(self) -> list[tuple[str, tuple[int, ...]]]:
         """`(field, shape)` of each scalar field, in flat-vector order."""
@@ -166,43 +168,15 @@ class HistogramSnapshot:
     has_grad: np.ndarray
 
 
-class _Reader:
-    """A cheap eager read of `variable`: the raw `ReadVariableOp` (about 8 us)
-    for a plain resource variable, `tf.identity` for anything else (a
-    distributed variable). Resolved at the first read, on the host: while
-    the state is built, inside the traced step, a Keras variable's `value`
-    is a graph tensor. The tensor read is a snapshot: a later assign writes
-    a new buffer while a reader holds the old one."""
-
-    def __init__(self, variable: Any) -> None:
-        self._variable = variable
-        self._read: Callable[[], tf.Tensor] | None = None
-
-    def __call__(self) -> tf.Tensor:
-        if self._read is None:
-            self._read = self._resolve()
-        return self._read()
-
-    def _resolve(self) -> Callable[[], tf.Tensor]:
-        from tensorflow.python.ops import gen_resource_variable_ops
-        from tensorflow.python.ops.resource_variable_ops import BaseResourceVariable
-
-        variable = self._variable
-        inner = getattr(variable, "value", variable)  # a Keras 3 variable's tf one
-        # Not a distributed variable: that is no BaseResourceVariable.
-        if tf.executing_eagerly() and isinstance(inner, BaseResourceVariable):
-            handle, dtype = inner.handle, inner.dtype
-            return lambda: gen_resource_variable_ops.read_variable_op(handle, dtype)
-        return lambda: tf.identity(variable)
-
-
 class MonitorState:
-    """The variables that hold the most recent statistics.
+    """The variables that hold the recent statistics.
 
-    Every scalar of a summary lives in one flat float32 variable, `values`,
-    in `Layout` order; the histograms in two (`hist_counts`, `hist_ranges`,
-    the gradients' rows then the weights'). A summary step assigns a few
-    variables, and the host reads one or two.
+    Every scalar of a summary lives in one flat float32 row in `Layout`
+    order; the last `layout.history` rows are kept in a `Ring`
+    (`scalars`), so that several summaries recorded between two host
+    reads all reach the recorders. Histograms are kept the same way
+    (`histograms`: bucket counts, then ranges; the gradients' rows, then
+    the weights'). A summary step writes one row of a few variables.
 
     Args:
         make_variable: Creates one variable (see `VariableFactory`); each
@@ -216,8 +190,8 @@ class MonitorState:
         self, make_variable: VariableFactory, layout: Layout, clip_spec: dict | None
     ) -> None:
         self.layout = layout
-        self.stats_step = make_variable("stats_step", (), "int64", NO_STEP)
-        self.values = make_variable("values", (layout.size,), "float32", 0)
+        row = [("values", (layout.size,), "float32")]
+        self.scalars = Ring(make_variable, "stats", layout.history, row)
         # Every step: the skipped steps so far, and [steps, clipped steps]
         # since the last summary.
         self.skipped = make_variable("skipped_steps", (), "int64", 0)
@@ -226,77 +200,58 @@ class MonitorState:
             name: make_variable(f"clip_{name}", shape, dtype, initial)
             for name, (shape, dtype, initial) in (clip_spec or {}).items()
         }
-        self.hist_step = self.hist_counts = self.hist_ranges = None
+        self.histograms: Ring | None = None
         if layout.buckets is not None:
             rows = layout.num_variables * (2 if layout.weights else 1)
-            self.hist_step = make_variable("hist_step", (), "int64", NO_STEP)
-            shape = (rows, layout.buckets)
-            self.hist_counts = make_variable("hist_counts", shape, "int32", 0)
-            self.hist_ranges = make_variable("hist_ranges", (rows, 3), "float32", 0)
-        self._read_stats_step = _Reader(self.stats_step)
-        self._read_values = _Reader(self.values)
-        self._read_histograms = [
-            _Reader(v)
-            for v in (self.hist_step, self.hist_counts, self.hist_ranges)
-            if v is not None
-        ]
+            payloads = [
+                ("counts", (rows, layout.buckets), "int32"),
+                ("ranges", (rows, 3), "float32"),
+            ]
+            self.histograms = Ring(make_variable, "hist", layout.history, payloads)
 
     # Inside the step -------------------------------------------------------
 
     def record(self, step: tf.Tensor, measurement: Measurement) -> None:
-        """Assigns a summary step's numbers: each field (by name) at its
-        place in the flat vector."""
+        """Pushes a summary step's numbers: each field (by name) at its
+        place in the flat row."""
         parts = []
         for name, _ in self.layout.scalar_fields():
             value = getattr(measurement, name)
             value = value.stack() if name == "totals" else value
             parts.append(tf.reshape(tf.cast(value, tf.float32), [-1]))
-        self.values.assign(tf.concat(parts, 0))
-        self.stats_step.assign(step)
+        self.scalars.push(step, [tf.concat(parts, 0)])
 
     def record_histograms(self, step: tf.Tensor, hist: HistogramMeasurement) -> None:
-        """Assigns a histogram step's bucket counts and ranges (gradient rows,
+        """Pushes a histogram step's bucket counts and ranges (gradient rows,
         then weight rows)."""
         counts, ranges = [hist.grad_counts], [hist.grad_range]
         if self.layout.weights:
             counts.append(hist.weight_counts)
             present = tf.ones([self.layout.num_variables, 1])
             ranges.append(tf.concat([hist.weight_range, present], 1))
-        self.hist_counts.assign(tf.concat(counts, 0))
-        self.hist_ranges.assign(tf.concat(ranges, 0))
-        self.hist_step.assign(step)
+        self.histograms.push(step, [tf.concat(counts, 0), tf.concat(ranges, 0)])
 
     def latest_values(self) -> tf.Tensor:
-        """The flat vector of the latest summary, as a graph tensor."""
-        return tf.convert_to_tensor(self.values)
+        """The flat row of the latest summary, as a graph tensor."""
+        return self.scalars.latest()[0]
 
     def latest_histograms(self) -> tuple[tf.Tensor, tf.Tensor]:
         """`(counts, ranges)` of the latest histograms, as graph tensors."""
-        return (
-            tf.convert_to_tensor(self.hist_counts),
-            tf.convert_to_tensor(self.hist_ranges),
-        )
+        counts, ranges = self.histograms.latest()
+        return counts, ranges
 
     # Host side -------------------------------------------------------------
 
-    def steps(self) -> tuple[int, int]:
-        """`(stats_step, hist_step)` of the latest records (-1: none)."""
-        hist = int(self.hist_step.numpy()) if self.hist_step is not None else NO_STEP
-        return int(self.stats_step.numpy()), hist
+    def counts(self) -> tuple[int, int]:
+        """How many summaries and histogram steps were recorded so far (one
+        or two host reads)."""
+        hist = 0 if self.histograms is None else self.histograms.read_count()
+        return self.scalars.read_count(), hist
 
-    def capture_scalars(self) -> tuple[tf.Tensor, tf.Tensor]:
-        """`(step, values)` as tensors, without waiting for them: two raw
-        variable reads, cheap enough for the training thread; a consumer
-        turns them into NumPy later (`numpy_scalars`)."""
-        return self._read_stats_step(), self._read_values()
-
-    def read_scalars(self) -> tuple[int, np.ndarray]:
-        """`(step, flat values)` of the latest summary, as NumPy data."""
-        step, values = self.capture_scalars()
-        return int(step), np.asarray(values)
+    def capture_scalars(self) -> tuple[tf.Tensor, ...]:
+        """The scalar ring as tensors (`Ring.capture`), without waiting."""
+        return self.scalars.capture()
 
     def capture_histograms(self) -> tuple[tf.Tensor, ...] | None:
-        """`(step, counts, ranges)` as tensors, or None when off."""
-        if self.hist_step is None:
-            return None
-        return tuple(read() for read in self._read_histograms)
+        """The histogram ring as tensors, or None when histograms are off."""
+        return None if self.histograms is None else self.histograms.capture()

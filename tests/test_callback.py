@@ -152,7 +152,7 @@ def test_tag_scope_and_statistic_selection(tmp_path):
 
 def test_reads_from_the_device_only_when_a_summary_is_due(tmp_path, monkeypatch):
     calls = []
-    for name in ("capture_scalars", "steps"):  # every read of the state
+    for name in ("capture_scalars", "counts"):  # every read of the state
         original = getattr(MonitorState, name)
         monkeypatch.setattr(
             MonitorState,

@@ -14,6 +14,7 @@ from keras_gradmon.alerts import CRITICAL, TIERS, WARNING, Alert, AlertEngine
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.events import ALERT_LOG
 from keras_gradmon.alerts.limiter import RateLimiter
+from keras_gradmon.history import Cursor, unpack
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, check_log_dir
 from keras_gradmon.state import NO_STEP, Snapshot
 from keras_gradmon.tags import GLOBAL, tag
@@ -234,9 +235,12 @@ class AlertChecker:
         self.engine = engine
         self.delivery = delivery
         delivery.tag_scope = monitor.config.tag_scope
-        delivery.writes = lambda: distribute.writes_summaries(monitor.state.stats_step)
+        delivery.writes = lambda: distribute.writes_summaries(
+            monitor.state.scalars.count
+        )
         #: The step of the last summary the rules saw.
         self.checked_step = NO_STEP
+        self._cursor: Cursor | None = None
 
     @property
     def history(self) -> list[Alert]:
@@ -249,7 +253,8 @@ class AlertChecker:
         return self.delivery.stop_requested
 
     def check(self) -> list[Alert]:
-        """Runs the rules on the newest summary, once; returns its alerts.
+        """Runs the rules on every summary recorded since the last check, in
+        step order; returns their alerts.
 
         Raises:
             GradientAlertError: When an alert's tier has the "raise" action.
@@ -257,13 +262,19 @@ class AlertChecker:
         monitor = self.optimizer.monitor
         if not monitor.built:
             return []
-        step, _ = monitor.state.steps()
-        if step in (NO_STEP, self.checked_step):
+        self.delivery.tag_scope = monitor.tags.scope  # derived ones too
+        if self._cursor is None:
+            self._cursor = Cursor(monitor.layout.history)
+        if monitor.state.scalars.read_count() <= self._cursor.seen:
             return []
-        snapshot = monitor.snapshot()
-        self.checked_step = snapshot.step
-        alerts = self.engine.update(snapshot.step, summary_metrics(snapshot))
-        self.delivery.deliver(snapshot.step, alerts, self.engine)
+        entries, _ = self._cursor.new(*unpack(monitor.state.capture_scalars()))
+        alerts: list[Alert] = []
+        for entry in entries:
+            snapshot = monitor.scalar_values(entry.step, *entry.payloads)
+            self.checked_step = snapshot.step
+            fired = self.engine.update(snapshot.step, summary_metrics(snapshot))
+            self.delivery.deliver(snapshot.step, fired, self.engine)
+            alerts += fired
         return alerts
 
 

@@ -8,8 +8,12 @@ from typing import Any
 
 import keras
 
-from keras_gradmon.adapters.base import MonitoredOptimizer, find_monitored
-from keras_gradmon.callbacks.steps import StepTracker, optimizer_step
+from keras_gradmon.adapters.base import MonitoredOptimizer
+from keras_gradmon.callbacks.steps import (
+    StepTracker,
+    monitored_optimizer,
+    optimizer_step,
+)
 from keras_gradmon.recorders.base import Recorder
 from keras_gradmon.recorders.keras_logs import KerasLogsRecorder
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
@@ -97,6 +101,7 @@ class GradientSummaryCallback(keras.callbacks.Callback):
             self._logs = KerasLogsRecorder(
                 {self.logs_key: norm} if self.logs_key else {}
             )
+            self._logs_resolved = False
             recorders = [self._tensorboard, self._logs, *self._extra]
             self._writer = MonitorWriter(
                 monitored.monitor,
@@ -107,10 +112,13 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         return self._writer
 
     def _monitored(self) -> MonitoredOptimizer:
-        return find_monitored(self._optimizer or getattr(self.model, "optimizer", None))
+        return monitored_optimizer(
+            type(self).__name__, self._optimizer, getattr(self, "model", None)
+        )
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.monitor_writer  # noqa: B018 - resolves the optimizer now
+        self._steps = StepTracker(read=lambda: optimizer_step(self._monitored()))
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._steps.start_epoch(optimizer_step(self._monitored()))
@@ -125,8 +133,19 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         # summary): look after every step until it shows up.
         missed = writer.missed
         if scalars or histograms or missed:
+            writer.claim()  # the tag scope is known from here on
+            self._resolve_logs_keys()
             writer.capture(scalars or missed, histograms or missed)
         self._logs.update(logs)
+
+    def _resolve_logs_keys(self) -> None:
+        """Keys the Keras logs to the global norm's tag, once the monitor's
+        tag scope is known (it may be derived when the writer claims)."""
+        if self.logs_key and not self._logs_resolved:
+            monitor = self.monitor_writer.monitor
+            scope = getattr(monitor.tags, "scope", monitor.config.tag_scope)
+            self._logs.keys = {self.logs_key: tag("grad_norm", GLOBAL, scope)}
+            self._logs_resolved = True
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self.monitor_writer.write()  # what is queued first, then what is fresh

@@ -26,6 +26,9 @@ class KerasLogsRecorder:
     """
 
     destination = None  # in-process: nothing to collide with
+    #: Written on the capturing thread, with the newest summary, so that
+    #: `logs` hold the value of the batch that recorded it.
+    immediate = True
 
     def __init__(self, keys: Mapping[str, str]) -> None:
         self.keys = dict(keys)

@@ -4,18 +4,23 @@ training loop needs."""
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from keras_gradmon import distribute
+from keras_gradmon.history import Cursor, Entry, latest_entry, unpack
 from keras_gradmon.monitor import GradientMonitor
 from keras_gradmon.recorders import claims
 from keras_gradmon.recorders.base import Recorder
 from keras_gradmon.recorders.buckets import histogram_rows
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 from keras_gradmon.recorders.worker import Worker
-from keras_gradmon.state import NO_STEP, HistogramSnapshot, Snapshot
+from keras_gradmon.state import HistogramSnapshot, Snapshot
+from keras_gradmon.tags import tag
+
+logger = logging.getLogger("keras_gradmon")
 
 
 def histogram_values(monitor: GradientMonitor, snapshot: HistogramSnapshot) -> dict:
@@ -36,16 +41,23 @@ def histogram_values(monitor: GradientMonitor, snapshot: HistogramSnapshot) -> d
 
 
 class MonitorWriter:
-    """Writes what a `GradientMonitor` recorded to `recorders`, each step once.
+    """Writes every summary a `GradientMonitor` recorded to `recorders`, once.
 
     `capture()` is what the training thread calls after a step that may
-    have recorded: two raw variable reads (tens of microseconds), no wait
-    for the device. With `asynchronous=True` a worker thread then reads the
-    numbers, builds the tags and writes them; its queue is bounded
-    (`capture` waits when it is full: back-pressure, not memory), and it
-    flushes the recorders whenever it runs dry, so everything captured
-    lands in the files even if training stops with an exception. `close()`
-    drains the queue, writes what is fresh and closes the recorders.
+    have recorded: a few raw variable reads of the monitor's rings of
+    recent summaries (`keras_gradmon.history`), no wait for the device.
+    With `asynchronous=True` a worker thread then reads the numbers, builds
+    the tags and writes every summary recorded since the last capture, in
+    step order; its queue is bounded (`capture` waits when it is full:
+    back-pressure, not memory), and it flushes the recorders whenever it
+    runs dry, so everything captured lands in the files even if training
+    stops with an exception. `close()` drains the queue, writes what is
+    fresh and closes the recorders. Recorders marked `immediate` (Keras
+    logs) get the newest summary at once, on the capturing thread.
+
+    More summaries recorded between two captures than the state keeps
+    (`summary_history`) are counted, written as `dropped/summaries` (and
+    `dropped/histograms`), and reported once on the console.
 
     Under a multi-worker strategy only the chief writes (TensorFlow's
     `strategy.extended.should_save_summary`); the other workers read the
@@ -75,14 +87,15 @@ class MonitorWriter:
     ) -> None:
         self.monitor = monitor
         self.recorders = list(recorders)
+        self.immediate = [r for r in self.recorders if getattr(r, "immediate", False)]
         self.label = label or "optimizer"
-        self.written_stats_step = NO_STEP
-        self.written_hist_step = NO_STEP
         self.latest: Snapshot | None = None
         #: Whether the last look found no fresh summary where one was due (a
         #: skipped step delays it): the caller looks again after each step.
         self.missed = False
         self._claimed = False
+        self._cursors: dict[str, Cursor] = {}
+        self._warned = False
         self._worker = (
             Worker(self._process, self.flush, queue_size) if asynchronous else None
         )
@@ -90,9 +103,21 @@ class MonitorWriter:
     @property
     def writes(self) -> bool:
         """Whether this process writes (False on non-chief workers)."""
-        return distribute.writes_summaries(self.monitor.state.stats_step)
+        return distribute.writes_summaries(self.monitor.state.scalars.count)
 
-    def _claim(self) -> None:
+    @property
+    def dropped(self) -> dict[str, int]:
+        """`{"summaries": n, "histograms": n}`: recorded, never written."""
+        kinds = ("summaries", "histograms")
+        return {kind: self._cursor(kind).dropped for kind in kinds}
+
+    def _cursor(self, kind: str) -> Cursor:
+        if kind not in self._cursors:
+            self._cursors[kind] = Cursor(self.monitor.layout.history)
+        return self._cursors[kind]
+
+    def claim(self) -> None:
+        """Claims the monitor's tag scope at every destination (once)."""
         if self._claimed:
             return
         destinations = [r.destination for r in self.recorders]
@@ -102,35 +127,49 @@ class MonitorWriter:
         self._claimed = True
 
     def capture(self, scalars: bool = True, histograms: bool = False) -> None:
-        """Takes the current statistics (and histograms) for writing: on the
+        """Takes the recent statistics (and histograms) for writing: on the
         worker thread if asynchronous, else now."""
         if not self.monitor.built:
             return
-        self._claim()
+        self.claim()
         state = self.monitor.state
         item = (
             state.capture_scalars() if scalars else None,
             state.capture_histograms() if histograms else None,
         )
+        if scalars and self.immediate:
+            self._write_immediate(item[0])
         if self._worker is None:
             self._process(item)
         else:
             self._worker.put(item)
 
+    def _write_immediate(self, captured: tuple) -> None:
+        entry = latest_entry(self.monitor.layout.history, *unpack(captured))
+        if entry is None:
+            return
+        snapshot = self.monitor.scalar_values(entry.step, *entry.payloads)
+        values = self.monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
+        for recorder in self.immediate:
+            recorder.write_scalars(values, snapshot.step)
+
     def _process(self, item: tuple) -> None:
         scalars, histograms = item
         fresh = False
         if scalars is not None:
-            step = int(scalars[0])
-            fresh = step not in (NO_STEP, self.written_stats_step)
-            if fresh:
-                self._write_scalars(self.monitor.scalar_values(*scalars))
-        if histograms is not None and int(histograms[0]) not in (
-            NO_STEP,
-            self.written_hist_step,
-        ):
-            fresh = True
-            self._write_histograms(self.monitor.histogram_values(*histograms))
+            entries, lost = self._cursor("summaries").new(*unpack(scalars))
+            for entry in entries:
+                snapshot = self.monitor.scalar_values(entry.step, *entry.payloads)
+                self._write_scalars(snapshot)
+            self._report_lost("summaries", lost, entries)
+            fresh = bool(entries)
+        if histograms is not None:
+            entries, lost = self._cursor("histograms").new(*unpack(histograms))
+            for entry in entries:
+                snapshot = self.monitor.histogram_values(entry.step, *entry.payloads)
+                self._write_histograms(snapshot)
+            self._report_lost("histograms", lost, entries)
+            fresh = fresh or bool(entries)
         self.missed = not fresh
 
     def write(self) -> bool:
@@ -139,15 +178,16 @@ class MonitorWriter:
         if not self.monitor.built:
             return False
         self.drain()
-        stats_step, hist_step = self.monitor.state.steps()
-        fresh_stats = stats_step not in (NO_STEP, self.written_stats_step)
-        fresh_hist = hist_step not in (NO_STEP, self.written_hist_step)
+        scalars, histograms = self.monitor.state.counts()
+        fresh_stats = scalars > self._cursor("summaries").seen
+        fresh_hist = histograms > self._cursor("histograms").seen
         if fresh_stats or fresh_hist:
-            self._claim()
+            self.claim()
+            state = self.monitor.state
             self._process(
                 (
-                    self.monitor.state.capture_scalars() if fresh_stats else None,
-                    self.monitor.state.capture_histograms() if fresh_hist else None,
+                    state.capture_scalars() if fresh_stats else None,
+                    state.capture_histograms() if fresh_hist else None,
                 )
             )
         return fresh_stats or fresh_hist
@@ -156,8 +196,8 @@ class MonitorWriter:
         if self.writes:
             values = self.monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
             for recorder in self.recorders:
-                recorder.write_scalars(values, snapshot.step)
-        self.written_stats_step = snapshot.step
+                if recorder not in self.immediate:
+                    recorder.write_scalars(values, snapshot.step)
         self.latest = snapshot
 
     def _write_histograms(self, snapshot: HistogramSnapshot) -> None:
@@ -165,7 +205,31 @@ class MonitorWriter:
             values = histogram_values(self.monitor, snapshot)
             for recorder in self.recorders:
                 recorder.write_histograms(values, snapshot.step)
-        self.written_hist_step = snapshot.step
+
+    def _report_lost(self, kind: str, lost: int, entries: list[Entry]) -> None:
+        """Writes the count of `kind` lost so far (and says so, once)."""
+        if not lost:
+            return
+        total = self._cursor(kind).dropped
+        if not self._warned:
+            self._warned = True
+            logger.warning(
+                "keras_gradmon: %d recorded %s of %r were overwritten before "
+                "they could be written (more were recorded between two reads "
+                "than the state keeps). Raise `summary_history` (now %d) to "
+                "keep them; the count is written as dropped/%s.",
+                lost,
+                kind,
+                self.label,
+                self.monitor.layout.history,
+                kind,
+            )
+        step = entries[0].step if entries else -1
+        if self.writes and step >= 0:
+            scope = getattr(self.monitor.tags, "scope", self.monitor.config.tag_scope)
+            name = tag("dropped", kind, scope)
+            for recorder in self.recorders:
+                recorder.write_scalars({name: float(total)}, step)
 
     def drain(self) -> None:
         """Waits until every capture so far is written (re-raising a

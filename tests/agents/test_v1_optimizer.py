@@ -118,7 +118,7 @@ def test_slots_variables_and_compute_gradients():
     assert wrapper.get_slot(w, "v") is not None
     refs = {v.ref() for v in wrapper.variables()}
     assert {v.ref() for v in inner.variables()} < refs
-    assert {wrapper.monitor.state.stats_step.ref()} < refs
+    assert {wrapper.monitor.state.scalars.count.ref()} < refs
 
     def loss():
         return tf.reduce_sum(w * w) + tf.reduce_sum(b)
