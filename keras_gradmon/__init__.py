@@ -20,10 +20,8 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.adapters import wrap  # noqa: F401
     from keras_gradmon.adapters.base import MonitoredOptimizer  # noqa: F401
     from keras_gradmon.adapters.keras3 import GradientMonitorOptimizer  # noqa: F401
-    from keras_gradmon.alerts.runner import (  # noqa: F401
-        AlertChecker,
-        GradientAlertError,
-    )
+    from keras_gradmon.alerts.checker import AlertChecker  # noqa: F401
+    from keras_gradmon.alerts.runner import GradientAlertError  # noqa: F401
     from keras_gradmon.callbacks.activations import (  # noqa: F401
         ActivationMonitorCallback,
     )
@@ -43,7 +41,7 @@ _EXPORTS = {
     "ActivationMonitor": "keras_gradmon.activations.monitor",
     "ActivationMonitorCallback": "keras_gradmon.callbacks.activations",
     "ActivationSnapshot": "keras_gradmon.activations.probe",
-    "AlertChecker": "keras_gradmon.alerts.runner",
+    "AlertChecker": "keras_gradmon.alerts.checker",
     "EpisodeObserver": "keras_gradmon.rl.observer",
     "GradientAlertCallback": "keras_gradmon.callbacks.alerts",
     "GradientAlertError": "keras_gradmon.alerts.runner",

@@ -1,0 +1,139 @@
+"""`AlertChecker`: runs the alert rules on every summary a monitored
+optimizer recorded, and delivers what fires (`runner.AlertDelivery`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from keras_gradmon import distribute
+from keras_gradmon.alerts import Alert, AlertEngine
+from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.runner import Action, AlertDelivery, alerting
+from keras_gradmon.history import Cursor, unpack
+from keras_gradmon.state import NO_STEP, Snapshot
+from keras_gradmon.tags import GLOBAL
+
+
+def summary_metrics(snapshot: Snapshot) -> dict[str, dict[str, float]]:
+    """The numbers the rules read, from one snapshot: `grad_norm` and
+    `grad_nonfinite` of "global", each group and each variable with a
+    gradient."""
+    norms = {GLOBAL: snapshot.totals["grad_norm"]}
+    norms.update(zip(snapshot.groups, map(float, snapshot.group_grad_norm)))
+    norms.update(snapshot.grad_stat("norm"))
+    nonfinite = snapshot.grad_stat("nonfinite")
+    return {"grad_norm": norms, "grad_nonfinite": nonfinite}
+
+
+class AlertChecker:
+    """Checks the alert rules against a monitored optimizer's statistics.
+
+    The call for training outside `model.fit`: after a custom-loop step or
+    an `agent.train(...)` call, `checker.check()` looks at the newest
+    summary (two small host reads when there is none) and returns the
+    alerts it raised, after logging them and running their tier's action.
+
+    Args:
+        optimizer: A `GradientMonitorOptimizer` (Keras 3 or tf_keras), or an
+            optimizer wrapping one.
+        rules: Rules by name (or a list); None for
+            `keras_gradmon.alerts.default_rules()`.
+        actions: `{tier: action}` for "warning" and "critical"; each "log"
+            (default), "stop", "raise" or a callable taking the `Alert`.
+        log_dir: Where to write `alerts/<rule>` (0 or 1 at each summary);
+            or `writer`, an existing `tf.summary` writer. Neither: none.
+        jsonl_path: Append each alert as one JSON line to this file.
+        cooldown_steps: The same rule, tier and subject is not reported
+            again within this many steps (a critical passes a warning's).
+        max_per_rule: At most this many alerts per rule and tier.
+
+    Example:
+
+    ```python
+    checker = keras_gradmon.AlertChecker(
+        optimizer, rules=[ThresholdRule(warning=1e4, critical=5e4)],
+        actions={"critical": "raise"})
+    for experience in dataset:
+        agent.train(experience)
+        checker.check()
+    ```
+    """
+
+    def __init__(
+        self,
+        optimizer: Any,
+        rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
+        actions: Mapping[str, Action] | None = None,
+        log_dir: str | None = None,
+        writer: Any = None,
+        jsonl_path: str | None = None,
+        cooldown_steps: int = 0,
+        max_per_rule: int | None = None,
+    ) -> None:
+        engine, delivery = alerting(
+            rules, actions, log_dir, writer, jsonl_path, cooldown_steps, max_per_rule
+        )
+        self._attach(optimizer, engine, delivery)
+
+    @classmethod
+    def from_parts(
+        cls, optimizer: Any, engine: AlertEngine, delivery: AlertDelivery
+    ) -> AlertChecker:
+        """A checker of `optimizer` with an engine and a delivery made (and
+        validated) beforehand, by `alerting`."""
+        checker = cls.__new__(cls)
+        checker._attach(optimizer, engine, delivery)
+        return checker
+
+    def _attach(
+        self, optimizer: Any, engine: AlertEngine, delivery: AlertDelivery
+    ) -> None:
+        from keras_gradmon.adapters.base import find_monitored
+
+        self.optimizer = find_monitored(optimizer)
+        monitor = self.optimizer.monitor
+        self.engine = engine
+        self.delivery = delivery
+        delivery.tag_scope = monitor.config.tag_scope
+        delivery.writes = lambda: distribute.writes_summaries(
+            monitor.state.scalars.count
+        )
+        #: The step of the last summary the rules saw.
+        self.checked_step = NO_STEP
+        self._cursor: Cursor | None = None
+
+    @property
+    def history(self) -> list[Alert]:
+        """Every alert emitted so far, in order."""
+        return self.engine.history
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether an alert with the "stop" action has fired."""
+        return self.delivery.stop_requested
+
+    def check(self) -> list[Alert]:
+        """Runs the rules on every summary recorded since the last check, in
+        step order; returns their alerts.
+
+        Raises:
+            GradientAlertError: When an alert's tier has the "raise" action.
+        """
+        monitor = self.optimizer.monitor
+        if not monitor.built:
+            return []
+        self.delivery.tag_scope = monitor.tags.scope  # derived ones too
+        if self._cursor is None:
+            self._cursor = Cursor(monitor.layout.history)
+        if monitor.state.scalars.read_count() <= self._cursor.seen:
+            return []
+        entries, _ = self._cursor.new(*unpack(monitor.state.capture_scalars()))
+        alerts: list[Alert] = []
+        for entry in entries:
+            snapshot = monitor.scalar_values(entry.step, *entry.payloads)
+            self.checked_step = snapshot.step
+            fired = self.engine.update(snapshot.step, summary_metrics(snapshot))
+            self.delivery.deliver(snapshot.step, fired, self.engine)
+            alerts += fired
+        return alerts
