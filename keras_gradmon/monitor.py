@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_gradmon.clipping import global_norm_of
+from keras_gradmon.clipping import as_gradient, global_norm_of
 from keras_gradmon.config import MonitorConfig
 from keras_gradmon.graph import run_if
 from keras_gradmon.history import NO_STEP, latest_entry, unpack
@@ -107,15 +107,15 @@ class GradientMonitor:
         if self.clip_rule is None and not self.config.skip_nonfinite:
             return None
         rows = [k for k, g in enumerate(grads) if g is not None]
-        dense = [tf.convert_to_tensor(grads[k]) for k in rows]
-        norm = global_norm_of(dense)
+        given = [as_gradient(grads[k]) for k in rows]  # IndexedSlices kept
+        norm = global_norm_of(given)
         pre_norm = tf.cast(norm.exact, tf.float32)
         out = list(grads)
         if self.clip_rule is None:
             return ClipOutcome(out, pre_norm, pre_norm, norm.finite)
         weights = [tf.convert_to_tensor(self.variables[indices[k]]) for k in rows]
         state = {k: tf.convert_to_tensor(v) for k, v in self.state.clip.items()}
-        result = self.clip_rule.clip(dense, weights, norm, state)
+        result = self.clip_rule.clip(given, weights, norm, state)
         for name, value in result.state.items():
             self.state.clip[name].assign(value)
         clipped = tf.cast(result.post_norm < pre_norm, tf.int64)

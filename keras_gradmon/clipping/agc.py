@@ -22,6 +22,7 @@ from keras_gradmon.clipping.base import (
     compute_dtype,
     global_norm_of,
 )
+from keras_gradmon.stats.layout import densify
 
 # Guards the division where a unit's gradient norm is 0 (the reference's
 # `max(||G||, 1e-6)`); it cannot engage, as a zero unit is never clipped.
@@ -127,6 +128,11 @@ class AdaptiveGradientClip:
             )
         clipped = []
         for g, w in zip(grads, weights):
+            # Units span rows: a `tf.IndexedSlices` is clipped dense. The
+            # weight's static shape stands for a gradient's unknown one.
+            g = densify(g)
+            if not g.shape.is_fully_defined():
+                g = tf.ensure_shape(g, w.shape)
             dtype = compute_dtype(g.dtype)
             g32 = tf.cast(g, dtype)
             w_norm = unitwise_norm(tf.cast(w, dtype))

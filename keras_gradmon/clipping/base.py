@@ -64,8 +64,22 @@ class ClipResult:
     post_norm: tf.Tensor
 
 
-def global_norm_of(grads: list[tf.Tensor]) -> GlobalNorm:
-    """The global norm of `grads`, overflow-safe.
+def as_gradient(g: object) -> tf.Tensor | tf.IndexedSlices:
+    """`g` as a tensor; a `tf.IndexedSlices` (an `Embedding`'s gradient) is
+    kept as it is: the rules scale its rows, so the inner optimizer still
+    gets a sparse update, and the global norm counts it as its dense tensor.
+
+    Example:
+
+    >>> as_gradient([1.0, 2.0]).dtype
+    tf.float32
+    """
+    return g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
+
+
+def global_norm_of(grads: list[tf.Tensor | tf.IndexedSlices]) -> GlobalNorm:
+    """The global norm of `grads`, overflow-safe; a `tf.IndexedSlices`
+    counts as its dense tensor (duplicate indices summed).
 
     The common case is one pass: `tf.linalg.global_norm` itself. Only when
     that is not finite does a conditional look again
@@ -96,7 +110,8 @@ def scale_by_global_norm(
     grads, max_norm, use_norm=norm.fast)`. Where the float32 norm overflowed
     but every element is finite, the scale is `max_norm / norm.exact`, from
     the float64 norm: huge gradients are clipped, not turned into NaN.
-    Where `clip` does not hold the input is returned untouched (TF would
+    A `tf.IndexedSlices` stays one, its values scaled. Where `clip` does
+    not hold the input is returned untouched (TF would
     multiply by `max_norm * (1 / max_norm)`, which can be one ulp off 1). A
     non-finite gradient gives NaN everywhere, as in TF: the caller decides
     to skip.
@@ -104,7 +119,7 @@ def scale_by_global_norm(
     Example:
 
     >>> norm = global_norm_of([tf.constant([3.0, 4.0])])
-    >>> [g] = scale_by_global_norm_of([tf.constant([3.0, 4.0])], norm, 1.0, True)
+    >>> [g] = scale_by_global_norm([tf.constant([3.0, 4.0])], norm, 1.0, True)
     >>> g.numpy().tolist()
     [0.6000000238418579, 0.800000011920929]
     """
@@ -121,14 +136,20 @@ def scale_by_global_norm(
     wide_max = tf.cast(max_norm, tf.float64)
     second = tf.where(exact, tf.cast(wide_max / root, tf.float32), 1.0)
     keep = tf.logical_and(tf.logical_not(clip), tf.math.is_finite(norm.exact))
-    clipped = []
-    for g in grads:
-        dtype = compute_dtype(g.dtype)
-        # Half precision is scaled in float32 and rounded once, not twice;
-        # `* second` is an exact `* 1.0` wherever TF's own scale applies.
-        wide = tf.cast(g, dtype) * tf.cast(first, dtype) * tf.cast(second, dtype)
-        clipped.append(tf.where(keep, g, tf.cast(wide, g.dtype)))
-    return clipped
+    return [_scaled(g, first, second, keep) for g in grads]
+
+
+def _scaled(g, first: tf.Tensor, second: tf.Tensor, keep: tf.Tensor):
+    """`g * first * second`, or `g` itself where `keep`; a `tf.IndexedSlices`
+    has its values scaled (its dense tensor is) and stays one."""
+    if isinstance(g, tf.IndexedSlices):
+        values = _scaled(g.values, first, second, keep)
+        return tf.IndexedSlices(values, g.indices, g.dense_shape)
+    dtype = compute_dtype(g.dtype)
+    # Half precision is scaled in float32 and rounded once, not twice;
+    # `* second` is an exact `* 1.0` wherever TF's own scale applies.
+    wide = tf.cast(g, dtype) * tf.cast(first, dtype) * tf.cast(second, dtype)
+    return tf.where(keep, g, tf.cast(wide, g.dtype))
 
 
 def post_clip_norm(

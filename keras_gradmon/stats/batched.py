@@ -1,22 +1,24 @@
 """Statistics of many tensors at once, in a program that does not grow with
 their number: the tensors, padded with NaN (ignored like all non-finite
 elements) to whole blocks, form one `[blocks, block]` matrix reduced by rows,
-then by tensor with static segment ids. One pass per reduction in float32
-(float64 if any tensor is), sums around a shift (a median of three elements)
-against cancellation; one conditional recomputes, scaled and in two passes,
-the rows that pass cannot be trusted with. Reductions read a `tf.where`:
-XLA:CPU then runs fast library ones."""
+then by tensor with segment ids (`layout.py`: static ones; tensors of a size
+known only at run time form a second matrix, its layout computed at run
+time). One pass per reduction in float32 (float64 if any tensor is), sums
+around a shift (a median of three elements) against cancellation; one
+conditional recomputes, scaled and in two passes, the rows that pass cannot
+be trusted with. Reductions read a `tf.where`: XLA:CPU then runs fast library
+ones."""
 
 from __future__ import annotations
 
 import functools
-from collections import namedtuple
 from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from keras_gradmon.graph import gate
+from keras_gradmon.stats.layout import Layout, by_layout
 
 #: The statistics computed for every tensor, in storage order. A statistic
 #: is defined here alone: its name, the reductions it needs (`_NEEDS`) and
@@ -33,60 +35,24 @@ STATISTICS: tuple[str, ...] = (
 )
 
 # A block sums 1 per zero, _NONFINITE per non-finite element: exact in float32.
-_NONFINITE, _MAX_BLOCK = 4096.0, 2048
+_NONFINITE = 4096.0
 # As `tensor_statistics`: sums of squares below _TINY smallest normal numbers
 # may have lost terms; a squared mean above _CANCELLATION variances cancels.
 _TINY, _CANCELLATION = 1e8, 1e2
 # The reductions each statistic needs ("shift": sums around a shift).
 _NEEDS = {"norm": {"sq"}, "mean": {"sum"}, "std": {"sum", "sq", "shift", "extremes"}}
 _NEEDS.update({name: {"extremes"} for name in ("min", "max", "max_abs")})
-# Static: the block size; per tensor its size, NaN padding and the flat
-# positions of 3 shift candidates; per block its tensor (V: the spare block).
-_Layout = namedtuple("_Layout", ["block", "sizes", "pads", "samples", "segments"])
 
 
-def _layout(sizes: Sequence[int]) -> _Layout:
-    sizes = np.asarray(sizes, np.int64)
-    target = max(int(sizes.sum()) // (4 * len(sizes)), 1)  # padding below ~25%
-    block = int(min(max(2 ** int(np.log2(target)), 64), _MAX_BLOCK))
-    per = -(-sizes // block)
-    start = np.concatenate([[0], np.cumsum(per)[:-1]]) * block
-    samples = np.stack([start, start + sizes // 2, start + np.maximum(sizes - 1, 0)], 1)
-    samples[sizes == 0] = per.sum() * block  # in the spare all-NaN block
-    segments = np.append(np.repeat(np.arange(len(sizes)), per), len(sizes))
-    return _Layout(block, sizes, per * block - sizes, samples, segments.astype("i4"))
+def _per_tensor(partials: tf.Tensor, layout: Layout, op=tf.math.unsorted_segment_sum):
+    return op(partials, layout.segments, layout.count + 1)[:-1]
 
 
-def _dense(t: tf.Tensor | tf.IndexedSlices) -> tf.Tensor:
-    if isinstance(t, tf.IndexedSlices):  # densified, keeping its static shape
-        shape = tf.get_static_value(t.dense_shape)
-        t = tf.reshape(tf.convert_to_tensor(t), [-1] if shape is None else shape)
-    return tf.convert_to_tensor(t)
-
-
-def _prepare(tensors: Sequence) -> tuple[tf.Tensor, _Layout]:
-    dense = [_dense(t) for t in tensors]
-    if any(t.shape.num_elements() is None for t in dense):
-        raise ValueError(f"Batched statistics need static shapes. Received: {dense}")
-    dtype = tf.float64 if any(t.dtype == tf.float64 for t in dense) else tf.float32
-    layout = _layout([t.shape.num_elements() for t in dense])
-    nan, parts = tf.constant(float("nan"), dtype), []
-    for t, pad in zip(dense, layout.pads):
-        # Constants, not tf.pad: XLA then concatenates with plain copies.
-        parts += [tf.reshape(tf.cast(t, dtype), [-1]), tf.fill([int(pad)], nan)]
-    parts.append(tf.fill([layout.block], nan))
-    return tf.reshape(tf.concat(parts, 0), [-1, layout.block]), layout
-
-
-def _per_tensor(partials: tf.Tensor, layout: _Layout, op=tf.math.unsorted_segment_sum):
-    return op(partials, layout.segments, len(layout.sizes) + 1)[:-1]
-
-
-def _per_block(values: tf.Tensor, layout: _Layout) -> tf.Tensor:
+def _per_block(values: tf.Tensor, layout: Layout) -> tf.Tensor:
     return tf.gather(tf.pad(values, [[0, 1]]), layout.segments)[:, None]
 
 
-def _extremes(x: tf.Tensor, finite: tf.Tensor, layout: _Layout, k=None) -> tuple:
+def _extremes(x: tf.Tensor, finite: tf.Tensor, layout: Layout, k=None) -> tuple:
     """Min and max by tensor, non-finite elements replaced by k (or +-inf)."""
     inf = tf.constant(float("inf"), x.dtype)
     low = tf.reduce_min(tf.where(finite, x, inf if k is None else k), 1)
@@ -95,7 +61,7 @@ def _extremes(x: tf.Tensor, finite: tf.Tensor, layout: _Layout, k=None) -> tuple
     return low, _per_tensor(high, layout, tf.math.unsorted_segment_max)
 
 
-def _shift(x: tf.Tensor, layout: _Layout) -> tuple[tf.Tensor, tf.Tensor]:
+def _shift(x: tf.Tensor, layout: Layout) -> tuple[tf.Tensor, tf.Tensor]:
     """Median of the finite ones of 3 elements by tensor, and if there was one."""
     samples = tf.gather(tf.reshape(x, [-1]), layout.samples)
     finite = tf.math.is_finite(samples)
@@ -105,17 +71,17 @@ def _shift(x: tf.Tensor, layout: _Layout) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.where(found > 0, middle, tf.zeros_like(middle)), found > 0
 
 
-def _counts(x: tf.Tensor, finite: tf.Tensor, layout: _Layout) -> dict:
+def _counts(x: tf.Tensor, finite: tf.Tensor, layout: Layout) -> dict:
     code = tf.reduce_sum(tf.where(finite, tf.where(x == 0, 1.0, 0.0), _NONFINITE), 1)
     nonfinite = tf.floor(code / _NONFINITE)
     ints = tf.cast(tf.stack([nonfinite, code - _NONFINITE * nonfinite], 1), tf.int32)
     totals = _per_tensor(ints, layout)
-    nonfinite = totals[:, 0] - layout.pads.astype(np.int32)
+    nonfinite = totals[:, 0] - layout.pads
     n = tf.cast(layout.sizes - nonfinite, x.dtype)
     return {"n": n, "nonfinite": nonfinite, "zeros": totals[:, 1]}
 
 
-def _reductions(x: tf.Tensor, finite: tf.Tensor, layout: _Layout, needs: set) -> dict:
+def _reductions(x: tf.Tensor, finite: tf.Tensor, layout: Layout, needs: set) -> dict:
     """The one-pass sums (around the shift) and extremes of each tensor."""
     r, d = {}, x
     if needs & {"shift", "extremes"}:
@@ -157,7 +123,7 @@ def _fast(r: dict, c: dict, needs: set) -> tuple[dict, tf.Tensor]:
     return out, bad & (c["n"] > 0)
 
 
-def _careful(x: tf.Tensor, layout: _Layout, c: dict, fast: dict, rows) -> dict:
+def _careful(x: tf.Tensor, layout: Layout, c: dict, fast: dict, rows) -> dict:
     """`fast`, its `rows` recomputed from x / max|x|, the variance in 2 passes."""
     finite, n = tf.math.is_finite(x), tf.maximum(c["n"], 1.0)
     low, high = _extremes(x, finite, layout)
@@ -173,14 +139,15 @@ def _careful(x: tf.Tensor, layout: _Layout, c: dict, fast: dict, rows) -> dict:
     return {k: tf.where(rows, slow[k], v) for k, v in fast.items()}
 
 
-def _finish(s: dict, c: dict, layout: _Layout, names: Sequence[str]) -> tf.Tensor:
+def _finish(s: dict, c: dict, layout: Layout, names: Sequence[str]) -> tf.Tensor:
     has, dtype = c["n"] > 0, c["n"].dtype
     nan = tf.fill(tf.shape(c["n"]), tf.constant(float("nan"), dtype))
     s = {k: tf.where(has, v, 0.0 if k == "norm" else nan) for k, v in s.items()}
     if "min" in s:
         largest = tf.maximum(tf.abs(s["min"]), tf.abs(s["max"]))
         s["max_abs"] = tf.where(has, largest, 0.0)
-    s["zero_fraction"] = tf.cast(c["zeros"], dtype) / np.maximum(layout.sizes, 1)
+    sizes = tf.cast(tf.maximum(layout.sizes, 1), dtype)
+    s["zero_fraction"] = tf.cast(c["zeros"], dtype) / sizes
     s["nonfinite"] = tf.cast(c["nonfinite"], dtype)
     rows = tf.stack([s[k] if k in names else nan for k in STATISTICS], 1)
     return tf.cast(rows, tf.float32)
@@ -193,8 +160,11 @@ def batched_statistics(
     """The statistics of each tensor, as rows of one matrix.
 
     Args:
-        tensors: Floating tensors of static shape, `tf.IndexedSlices`
-            densified, in float32 (all in float64 if any is float64).
+        tensors: Floating tensors, `tf.IndexedSlices` densified (duplicate
+            indices summed), in float32 (all in float64 if any is float64).
+            Those of static shape are computed together, in a program that
+            does not grow with their number; those of a size known only at
+            run time together too, with a layout computed at run time.
         names: Which statistics to compute (a subset of `STATISTICS`).
 
     Returns:
@@ -216,15 +186,20 @@ def batched_statistics(
         )
     if not tensors:
         return tf.zeros([0, len(STATISTICS)])
+    [rows] = by_layout(tensors, functools.partial(_statistics, names=names))
+    return rows
+
+
+def _statistics(x: tf.Tensor, layout: Layout, names: Sequence[str]) -> tuple:
+    """`batched_statistics` of the tensors of one layout, as a 1-tuple."""
     needs = set().union(*(_NEEDS.get(n, set()) for n in names))
-    x, layout = _prepare(tensors)
     finite = tf.math.is_finite(x)
     counts = _counts(x, finite, layout)
     fast, rows = _fast(_reductions(x, finite, layout, needs), counts, needs)
     if fast:
         careful = functools.partial(_careful, x, layout, counts, fast, rows)
         fast = gate(tf.reduce_any(rows), careful, lambda: fast)
-    return _finish(fast, counts, layout, names)
+    return (_finish(fast, counts, layout, names),)
 
 
 def batched_bucket_counts(
@@ -248,7 +223,11 @@ def batched_bucket_counts(
     """
     if not tensors:
         return tf.zeros([0, buckets], tf.int32), tf.zeros([0, 2])
-    x, layout = _prepare(tensors)
+    return by_layout(tensors, functools.partial(_bucket_counts, buckets=buckets))
+
+
+def _bucket_counts(x: tf.Tensor, layout: Layout, buckets: int) -> tuple:
+    """`batched_bucket_counts` of the tensors of one layout."""
     finite = tf.math.is_finite(x)
     low, high = _extremes(x, finite, layout)
     low, high = tf.where(low <= high, low, 0.0), tf.where(low <= high, high, 0.0)
@@ -263,7 +242,7 @@ def batched_bucket_counts(
     index = tf.where(width > 0, index, buckets - 1)
     # Non-finite elements go to an extra bucket per tensor, dropped.
     index = tf.where(finite, index, buckets) + (buckets + 1) * layout.segments[:, None]
-    size, index = (len(layout.sizes) + 1) * (buckets + 1), tf.reshape(index, [-1])
+    size, index = (layout.count + 1) * (buckets + 1), tf.reshape(index, [-1])
     counts = tf.raw_ops.DenseBincount(input=index, size=size, weights=np.zeros(0, "i4"))
     counts = tf.reshape(counts, [-1, buckets + 1])[:-1, :buckets]
     return counts, tf.cast(tf.stack([low, high], 1), tf.float32)

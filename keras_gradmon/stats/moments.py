@@ -22,8 +22,9 @@ def tensor_statistics(
     """Statistics of all elements of `x`, as float32 scalar tensors.
 
     Args:
-        x: A tensor of static shape and floating dtype (float16, bfloat16,
-            float32, float64). `tf.IndexedSlices` are densified first.
+        x: A tensor of floating dtype (float16, bfloat16, float32,
+            float64), its shape static or known only at run time.
+            `tf.IndexedSlices` are densified first (duplicates summed).
         names: Which statistics to compute (a subset of `STATISTICS`).
 
     Returns:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from keras_gradmon.graph import gate
+from keras_gradmon.stats.layout import densify
 
 
 def combine_norms(norms: tf.Tensor) -> tf.Tensor:
@@ -39,10 +40,12 @@ def batched_global_norm(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """The L2 norm of all elements together, safe from overflow.
 
-    Usually `tf.linalg.global_norm(tensors)` bit for bit, with its conventions
-    (None skipped, `tf.IndexedSlices` by their values); if that is not finite,
-    one conditional recomputes it scaled, in float64 (finite float32 tensors
-    can have a norm above float32's max).
+    Usually `tf.linalg.global_norm(tensors)` bit for bit, None skipped; a
+    `tf.IndexedSlices` counts as its dense tensor, duplicate indices summed
+    (`tf.linalg.global_norm` would count its values: another number when an
+    index repeats); if that is not finite, one conditional recomputes it
+    scaled, in float64 (finite float32 tensors can have a norm above
+    float32's max). Shapes may be known only at run time.
 
     Args:
         tensors: Floating tensors; if of several or half-precision dtypes,
@@ -59,9 +62,7 @@ def batched_global_norm(
     >>> round(float(norm) / 1e38, 4), bool(finite)  # above float32's max
     (4.2426, True)
     """
-    values = [t for t in tensors if t is not None]
-    values = [t.values if isinstance(t, tf.IndexedSlices) else t for t in values]
-    values = [tf.convert_to_tensor(v) for v in values]
+    values = [densify(t) for t in tensors if t is not None]
     if not values:
         return tf.constant(0.0, tf.float64), tf.constant(True)
     dtypes = {v.dtype for v in values}

