@@ -81,9 +81,9 @@ def _real():
     return np.random.default_rng(0).normal(size=(BATCHES * BATCH, 6)).astype("f4")
 
 
-def _fit_gan(tmp_path, callbacks, **options):
+def _fit_gan(tmp_path, callbacks, every=1, **options):
     critic_opt = GradientMonitorOptimizer(
-        keras.optimizers.Adam(1e-3), every_n_steps=1, **options
+        keras.optimizers.Adam(1e-3), every_n_steps=every, **options
     )
     gan = CriticGan(critic_opt, keras.optimizers.Adam(1e-3), BATCHES * CRITIC_STEPS)
     gan.compile()
@@ -239,3 +239,35 @@ def test_custom_train_step_callback_says_to_pass_the_optimizer(tmp_path):
     )
     norms = scalar_series(load_events(str(tmp_path)), "grad_norm/global")
     assert 0 in norms
+
+
+class _AlertSteps(keras.callbacks.Callback):
+    """After each batch, the newest step the alert rules have seen."""
+
+    def __init__(self, alert_callback):
+        super().__init__()
+        self.alert_callback = alert_callback
+        self.newest = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        steps = [a.step for a in self.alert_callback.alerts]
+        self.newest.append(max(steps, default=-1))
+
+
+def test_alert_rules_see_each_batch_steps_at_its_end(tmp_path):
+    made = {}
+
+    def alert_for(optimizer):
+        rules = {"any": ThresholdRule(warning=1e-30)}
+        made["alert"] = keras_gradmon.GradientAlertCallback(rules, optimizer=optimizer)
+        return made["alert"]
+
+    def reader_for(optimizer):
+        made["reader"] = _AlertSteps(made["alert"])
+        return made["reader"]
+
+    _fit_gan(tmp_path, [alert_for, reader_for], every=2)
+    # Batch b applies steps 3b..3b+2; the due ones (every 2) are checked at
+    # its end, not later.
+    expected = [max(s for s in range(3 * b + 3) if s % 2 == 0) for b in range(BATCHES)]
+    assert made["reader"].newest == expected

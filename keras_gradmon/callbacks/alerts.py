@@ -12,7 +12,11 @@ from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.checker import AlertChecker
 from keras_gradmon.alerts.runner import Action, alerting
-from keras_gradmon.callbacks.steps import StepTracker, optimizer_step
+from keras_gradmon.callbacks.steps import (
+    StepTracker,
+    monitored_optimizer,
+    optimizer_step,
+)
 
 
 class GradientAlertCallback(keras.callbacks.Callback):
@@ -81,9 +85,14 @@ class GradientAlertCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         if self.checker is None:
-            self.checker = AlertChecker.from_parts(
-                self._optimizer or self.model.optimizer, self._engine, self._delivery
+            monitored = monitored_optimizer(
+                type(self).__name__, self._optimizer, self.model
             )
+            self.checker = AlertChecker.from_parts(
+                monitored, self._engine, self._delivery
+            )
+        optimizer = self.checker.optimizer
+        self._steps = StepTracker(read=lambda: optimizer_step(optimizer))
         self._pending = False
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
