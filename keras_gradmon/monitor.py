@@ -92,11 +92,13 @@ class GradientMonitor:
         )
         spec = self.clip_rule.state_spec() if self.clip_rule else None
         self.state = MonitorState(make_variable, self.layout, spec)
-        self.tags = TagTable.build(
-            self.config, self.paths, list(self.group_members), self.layout,
-            self.loss_scaled,
-        )  # fmt: skip
+        self.use_scope(None)
         self.built = True
+
+    def use_scope(self, scope: str | None) -> None:
+        """Writes every tag under `scope` (None: the configured `tag_scope`)
+        from now on; `tags.scope` says which. Example: `use_scope("actor")`."""
+        self.tags = TagTable.of(self, self.config.replace(tag_scope=scope).tag_scope)
 
     # Inside the step ---------------------------------------------------------
 

@@ -109,3 +109,92 @@ def check_groups(groups: object) -> dict[str, str]:
                 f"({error}). Received: groups[{name!r}]={pattern!r}"
             ) from None
     return dict(groups)
+
+
+#: A Keras uid counter at the end of a name (`dense_3`, `sequential_1`).
+_UID_SUFFIX = re.compile(r"(?<=[A-Za-z0-9])_\d+$")
+_NOT_A_SCOPE = re.compile(r"[^A-Za-z0-9_.\-]+")
+#: The most roots the fallback scope names before "-and-N-more".
+_MOST_ROOTS = 3
+
+
+def stable_segments(path: str) -> list[str]:
+    """The segments of a variable path without Keras uid counters (`dense_3`
+    becomes `dense`), so that they do not change when the model is built
+    again in the same process.
+
+    Example:
+
+    >>> stable_segments("sequential_2/dense_7/kernel")
+    ['sequential', 'dense', 'kernel']
+    """
+    return [_UID_SUFFIX.sub("", segment) for segment in path.split("/")]
+
+
+def derived_scope(paths: Sequence[str]) -> str:
+    """The tag scope of an unnamed monitored optimizer, from what it trains.
+
+    The rule (docs/tags.md): take each variable path without its last
+    segment (the variable's own name: `kernel`, `bias`), unless it has only
+    one. The scope is the segments all of them start with, joined by `.`;
+    when they share none, their distinct first segments joined by `-`, in
+    the order of the variables (more than three: the first and
+    `-and-<N>-more`). Keras uid counters are dropped from the segments
+    (`sequential_1` becomes `sequential`, see `stable_segments`), and
+    characters a scope cannot hold become `_`. It depends on names only, so
+    it is the same from run to run, and when a model is built again.
+
+    Example:
+
+    >>> derived_scope(["ActorNetwork/input_mlp/dense0/kernel",
+    ...                "ActorNetwork/action/bias"])
+    'ActorNetwork'
+    >>> derived_scope(["CriticNetwork/value/kernel", "CriticNetwork2/value/kernel"])
+    'CriticNetwork-CriticNetwork2'
+    >>> derived_scope(["initial_log_alpha"])
+    'initial_log_alpha'
+    """
+    dirs = []
+    for path in paths:
+        segments = path.split("/")
+        dirs.append(segments[:-1] if len(segments) > 1 else segments)
+    if not dirs:
+        return "optimizer"
+    common = _common_prefix(dirs)
+    if common:
+        scope = ".".join(_UID_SUFFIX.sub("", segment) for segment in common)
+    else:
+        roots = [_UID_SUFFIX.sub("", segments[0]) for segments in dirs]
+        roots = list(dict.fromkeys(roots))
+        if len(roots) > _MOST_ROOTS:
+            scope = f"{roots[0]}-and-{len(roots) - 1}-more"
+        else:
+            scope = "-".join(roots)
+    return _NOT_A_SCOPE.sub("_", scope).strip("_") or "optimizer"
+
+
+def _common_prefix(lists: Sequence[list[str]]) -> list[str]:
+    """The items every list in `lists` starts with."""
+    common = lists[0]
+    for items in lists[1:]:
+        size = 0
+        while size < min(len(common), len(items)) and common[size] == items[size]:
+            size += 1
+        common = common[:size]
+    return common
+
+
+def describe_paths(paths: Sequence[str]) -> str:
+    """A short account of what `paths` are, for messages.
+
+    Example:
+
+    >>> describe_paths(["actor/dense/kernel", "actor/dense/bias"])
+    '2 variables: actor/dense/kernel, actor/dense/bias'
+    """
+    shown = ", ".join(paths[:_MOST_ROOTS])
+    more = (
+        f", ... ({len(paths) - _MOST_ROOTS} more)" if len(paths) > _MOST_ROOTS else ""
+    )
+    noun = "variable" if len(paths) == 1 else "variables"
+    return f"{len(paths)} {noun}: {shown}{more}"

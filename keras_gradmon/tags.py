@@ -24,6 +24,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from keras_gradmon.config import MonitorConfig
+    from keras_gradmon.monitor import GradientMonitor
     from keras_gradmon.state import Layout
 
 # (No TensorFlow import at module level: the report parses tags with this
@@ -164,16 +165,29 @@ def _wanted(when: str, config: MonitorConfig, layout: Layout, loss_scaled: bool)
 class TagTable:
     """Every tag a monitor writes, with where its value comes from.
 
+    Attributes:
+        scope: The tag scope every tag is written under (None: unscoped):
+            the configured `tag_scope`, or the scope derived when the
+            monitor started writing beside another one (see
+            `keras_gradmon.recorders.claims`). Read it here, not from the
+            config, for the tags this monitor really writes.
+
     Example:
 
     >>> table = TagTable.build(config, paths, groups, layout)  # doctest: +SKIP
     >>> table.scalar_values(snapshot.values, snapshot.has_grad)  # doctest: +SKIP
     {'grad_norm/global': 0.81, ...}
+    >>> table.scope is None  # doctest: +SKIP
+    True
     """
 
     def __init__(
-        self, scalars: Sequence[ScalarTag], histograms: Sequence[HistogramTag]
+        self,
+        scalars: Sequence[ScalarTag],
+        histograms: Sequence[HistogramTag],
+        scope: str | None = None,
     ) -> None:
+        self.scope = scope
         self.scalars = tuple(scalars)
         self.histograms = tuple(histograms)
         self._tags = np.array([s.tag for s in self.scalars], dtype=object)
@@ -190,11 +204,13 @@ class TagTable:
         groups: Sequence[str],
         layout: Layout,
         loss_scaled: bool = False,
+        scope: str | None = None,
     ) -> TagTable:
-        """The table of a monitor with these options, variables and groups."""
+        """The table of a monitor with these options, variables and groups,
+        under `scope` (None: `config.tag_scope`)."""
         from keras_gradmon.measurement import TOTALS
 
-        scope, entries = config.tag_scope, []
+        scope, entries = scope or config.tag_scope, []
         totals = layout.offset("totals")
         for statistic, subject, field, when in _TOTAL_TAGS:
             if _wanted(when, config, layout, loss_scaled):
@@ -207,7 +223,7 @@ class TagTable:
                 index = start + 2 * i + 1
                 entries.append(ScalarTag(tag("weight_norm", group, scope), index))
         if config.per_variable:
-            entries += _variable_tags(config, paths, layout)
+            entries += _variable_tags(config, paths, layout, scope)
         histograms = []
         if layout.buckets is not None:
             for row, path in enumerate(paths):
@@ -217,7 +233,26 @@ class TagTable:
                 if layout.weights:
                     name = tag("weight_hist", path, scope)
                     histograms.append(HistogramTag(name, "weight", row))
-        return cls(entries, histograms)
+        return cls(entries, histograms, scope)
+
+    @classmethod
+    def of(cls, monitor: GradientMonitor, scope: str | None = None) -> TagTable:
+        """The table of a built `monitor`, under `scope` (None: its
+        configured `tag_scope`).
+
+        Example:
+
+        >>> TagTable.of(monitor, "actor").scope  # doctest: +SKIP
+        'actor'
+        """
+        return cls.build(
+            monitor.config,
+            monitor.paths,
+            list(monitor.group_members),
+            monitor.layout,
+            monitor.loss_scaled,
+            scope=scope,
+        )
 
     def scalar_values(
         self, values: np.ndarray, present: np.ndarray
@@ -236,11 +271,11 @@ class TagTable:
 
 
 def _variable_tags(
-    config: MonitorConfig, paths: Sequence[str], layout: Layout
+    config: MonitorConfig, paths: Sequence[str], layout: Layout, scope: str | None
 ) -> list[ScalarTag]:
     from keras_gradmon.state import COLUMNS
 
-    scope, entries, width = config.tag_scope, [], len(COLUMNS)
+    entries, width = [], len(COLUMNS)
     columns = [(name, COLUMNS.index(name)) for name in config.statistics]
     grad, weight = layout.offset("grad"), None
     if layout.weights:

@@ -65,7 +65,8 @@ def write_recorded(
         due: What `monitor.measure` returned.
         present: The rows of the variables that had a gradient at this step
             (known at trace time); only they get `grad_*` tags.
-        label: How a tag collision error names the optimizer.
+        label: How a tag collision error, or the announcement of a scope
+            derived for an unnamed monitor, names the optimizer.
 
     Example:
 
@@ -78,6 +79,8 @@ def write_recorded(
     if not summaries_enabled():
         return
     writer = default_writer()
+    # At trace time, before the tags are read: an unnamed monitor beside
+    # another one gets its derived scope here (see recorders.claims).
     claims.claim_monitor(monitor, [writer], label)
     step = tf.cast(step, tf.int64)
     present = set(present)
