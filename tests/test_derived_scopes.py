@@ -134,21 +134,24 @@ def test_an_optimizer_of_two_models_falls_back_to_their_names(tmp_path):
     assert list(scalar_series(events, "grad_norm/global")) == [0]
 
 
-def _fit(optimizer, model: keras.Model, log_dir: str) -> None:
+def _fit(optimizer, model: keras.Model, log_dir: str) -> keras.callbacks.History:
     x, y = data(n=32, features=4)
     model.compile(optimizer, LOSS)
-    callback = GradientSummaryCallback(log_dir, logs_key=None)
-    model.fit(x, y % 1, batch_size=16, verbose=0, callbacks=[callback])
+    callback = GradientSummaryCallback(log_dir)
+    return model.fit(x, y % 1, batch_size=16, verbose=0, callbacks=[callback])
 
 
 def test_summary_callbacks_of_two_models_in_one_log_dir(tmp_path):
     first = GradientMonitorOptimizer(keras.optimizers.SGD(), every_n_steps=1)
     second = GradientMonitorOptimizer(keras.optimizers.SGD(), every_n_steps=1)
     _fit(first, _model("policy"), str(tmp_path))
-    _fit(second, _model("value"), str(tmp_path))
+    history = _fit(second, _model("value"), str(tmp_path))
     events = load_events(str(tmp_path))
     assert sorted(scalar_series(events, "grad_norm/global")) == [0, 1]
-    assert sorted(scalar_series(events, "grad_norm/value/global")) == [0, 1]
+    scoped = scalar_series(events, "grad_norm/value/global")
+    assert sorted(scoped) == [0, 1]
+    # Keras logs follow the derived scope: the second model's own norm.
+    assert history.history["grad_norm"] == [pytest.approx(scoped[1])]
     assert list(_texts(events, "tag_scope/")) == ["tag_scope/value"]
 
 

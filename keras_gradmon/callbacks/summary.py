@@ -142,8 +142,7 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         """Keys the Keras logs to the global norm's tag, once the monitor's
         tag scope is known (it may be derived when the writer claims)."""
         if self.logs_key and not self._logs_resolved:
-            monitor = self.monitor_writer.monitor
-            scope = getattr(monitor.tags, "scope", monitor.config.tag_scope)
+            scope = self.monitor_writer.monitor.tags.scope
             self._logs.keys = {self.logs_key: tag("grad_norm", GLOBAL, scope)}
             self._logs_resolved = True
 

@@ -120,10 +120,10 @@ class MonitorWriter:
         """Claims the monitor's tag scope at every destination (once)."""
         if self._claimed:
             return
-        destinations = [r.destination for r in self.recorders]
-        claims.claim_monitor(
-            self.monitor, [d for d in destinations if d is not None], self.label
-        )
+        # The recorders themselves: a derived scope is announced through
+        # their `write_text`.
+        placed = [r for r in self.recorders if r.destination is not None]
+        claims.claim_monitor(self.monitor, placed, self.label)
         self._claimed = True
 
     def capture(self, scalars: bool = True, histograms: bool = False) -> None:
@@ -226,8 +226,7 @@ class MonitorWriter:
             )
         step = entries[0].step if entries else -1
         if self.writes and step >= 0:
-            scope = getattr(self.monitor.tags, "scope", self.monitor.config.tag_scope)
-            name = tag("dropped", kind, scope)
+            name = tag("dropped", kind, self.monitor.tags.scope)
             for recorder in self.recorders:
                 recorder.write_scalars({name: float(total)}, step)
 

@@ -342,7 +342,7 @@ def _construct(case: AgentCase, optimizers: dict, counter: tf.Variable) -> Any:
 
 
 @pytest.mark.parametrize("name, kind", REFUSAL)
-def test_two_unnamed_wrappers_on_one_writer_are_refused(name, kind, tmp_path):
+def test_unnamed_wrappers_on_one_writer_get_distinct_scopes(name, kind, tmp_path):
     case = AGENT_CASES[name]
     counter = tf.Variable(0, dtype=tf.int64)
     optimizers = {  # the user's own wrappers, without names
@@ -350,12 +350,18 @@ def test_two_unnamed_wrappers_on_one_writer_are_refused(name, kind, tmp_path):
         for argument, _ in case.losses
     }
     agent = _construct(case, optimizers, counter)
-    refused = pytest.raises(ValueError, match="Two monitored optimizers")
-    with _writer(tmp_path).as_default(), refused as error:
+    writer = _writer(tmp_path)
+    with writer.as_default():
         agent.train(case_batch(case, agent, 0))
-    message = str(error.value)
-    assert "unscoped tags" in message and "this writer" in message
-    assert "`name=`" in message and "tag_scope" in message
+    writer.flush()
+    scopes = [wrapper.monitor.tags.scope for wrapper in optimizers.values()]
+    # The first one keeps unscoped tags; the others are named after what
+    # they train.
+    assert scopes.count(None) == 1 and len(set(scopes)) == len(scopes)
+    events = load_events(str(tmp_path))
+    for scope in scopes:
+        norms = scalar_series(events, _tag("grad_norm", "global", scope))
+        assert sorted(norms) == [0] and np.isfinite(norms[0])
 
 
 @pytest.mark.parametrize("kind", list(OPTIMIZER_KINDS))
