@@ -40,6 +40,7 @@ def current_scale(optimizer: Any) -> tf.Tensor | None:
 
     Example:
 
+    >>> import keras
     >>> float(current_scale(keras.optimizers.SGD(loss_scale_factor=8.0)))
     8.0
     """

@@ -91,7 +91,7 @@ def global_norm_of(grads: list[tf.Tensor | tf.IndexedSlices]) -> GlobalNorm:
 
     >>> norm = global_norm_of([tf.constant([3e30, 4e30])])
     >>> float(norm.fast), float(norm.exact), bool(norm.finite)
-    (5.000000097748977e+30, 5.000000097748977e+30, True)
+    (4.9999999241216036e+30, 4.999999984567896e+30, True)
     """
     exact, finite = batched_global_norm(grads)
     return GlobalNorm(tf.cast(exact, tf.float32), exact, finite)

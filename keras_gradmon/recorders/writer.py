@@ -72,7 +72,8 @@ class MonitorWriter:
 
     Example:
 
-    >>> writer = MonitorWriter(optimizer.monitor, [TensorBoardRecorder("logs")])
+    >>> writer = MonitorWriter(  # doctest: +SKIP
+    ...     optimizer.monitor, [TensorBoardRecorder("logs")])
     >>> writer.write()  # after a train step  # doctest: +SKIP
     True
     """
