@@ -32,8 +32,8 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.rl.monitor import RLHealthMonitor  # noqa: F401
     from keras_gradmon.rl.observer import EpisodeObserver  # noqa: F401
     from keras_gradmon.schedule import Schedule  # noqa: F401
+    from keras_gradmon.schema import STATISTICS  # noqa: F401
     from keras_gradmon.state import HistogramSnapshot, Snapshot  # noqa: F401
-    from keras_gradmon.stats.batched import STATISTICS  # noqa: F401
 
 __version__ = "0.2.0"
 
@@ -51,7 +51,7 @@ _EXPORTS = {
     "MonitorConfig": "keras_gradmon.config",
     "MonitoredOptimizer": "keras_gradmon.adapters.base",
     "RLHealthMonitor": "keras_gradmon.rl.monitor",
-    "STATISTICS": "keras_gradmon.stats.batched",
+    "STATISTICS": "keras_gradmon.schema",
     "Schedule": "keras_gradmon.schedule",
     "Snapshot": "keras_gradmon.state",
     "wrap": "keras_gradmon.adapters",

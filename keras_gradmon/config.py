@@ -16,7 +16,7 @@ from keras_gradmon.config_checks import (
 from keras_gradmon.config_files import monitor_section
 from keras_gradmon.naming import check_groups
 from keras_gradmon.schedule import Frequency, check_frequency
-from keras_gradmon.stats.batched import STATISTICS
+from keras_gradmon.schema import STATISTICS
 
 
 @dataclasses.dataclass(frozen=True)

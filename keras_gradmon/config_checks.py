@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from keras_gradmon.stats.batched import STATISTICS
+from keras_gradmon.schema import STATISTICS
 
 
 def _is_positive_int(value: object) -> bool:

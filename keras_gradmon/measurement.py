@@ -13,25 +13,11 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_gradmon.schema import STATISTICS, TOTALS
 from keras_gradmon.stats import (
-    STATISTICS,
     batched_bucket_counts,
     batched_statistics,
     combine_norms,
-)
-
-#: The scalars that describe the whole step, in storage order.
-TOTALS: tuple[str, ...] = (
-    "grad_norm",  # L2 norm of all (finite) gradient elements
-    "weight_norm",  # L2 norm of all weights
-    "grad_nonfinite",  # number of NaN/Inf gradient elements
-    "grad_missing",  # number of variables whose gradient was None
-    "clip_pre_norm",  # global norm before clipping (NaN/Inf included)
-    "clip_post_norm",  # global norm after clipping
-    "clip_scale",  # post / pre norm (1 when the pre norm is 0)
-    "clip_fraction",  # fraction of steps clipped since the previous summary
-    "skipped_steps",  # steps skipped so far (skip_nonfinite or a loss scaler)
-    "loss_scale",  # a wrapped loss scaler's scale (else NaN)
 )
 
 _NAN = float("nan")

@@ -17,70 +17,21 @@ import numpy as np
 import tensorflow as tf
 
 from keras_gradmon.history import NO_STEP, Ring
-from keras_gradmon.measurement import (
-    TOTALS,
-    HistogramMeasurement,
-    Measurement,
-)
-from keras_gradmon.stats.batched import STATISTICS
-
-#: Columns of the per-variable matrices: the statistics, then whether the
-#: variable had a gradient at that step (1.0) or not (0.0).
-COLUMNS: tuple[str, ...] = (*STATISTICS, "present")
+from keras_gradmon.measurement import HistogramMeasurement, Measurement
+from keras_gradmon.schema import COLUMNS, TOTALS, Layout
 
 #: A function that creates one state variable:
 #: `make_variable(name, shape, dtype, initial_value)`.
 VariableFactory = Callable[[str, tuple, str, float], Any]
 
-__all__ = ["NO_STEP", "HistogramSnapshot", "Layout", "MonitorState", "Snapshot"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """The shapes of the monitor's state, and where each scalar field sits in
-    the flat vector of all scalars.
-
-    Example:
-
-    >>> layout = Layout(num_variables=2, num_groups=1, weights=False)
-    >>> layout.offset("grad"), layout.size
-    (12, 30)
-    """
-
-    num_variables: int
-    num_groups: int
-    weights: bool
-    buckets: int | None = None
-    history: int = 1
-
-    def scalar_fields(self) -> list[tuple[str, tuple[int, ...]]]:
-        """`(field, shape)` of each scalar field, in flat-vector order."""
-        width = len(COLUMNS)
-        fields = [
-            ("totals", (len(TOTALS),)),
-            ("groups", (self.num_groups, 2)),
-            ("grad", (self.num_variables, width)),
-        ]
-        if self.weights:
-            fields += [
-                ("weight", (self.num_variables, width)),
-                ("ratio", (self.num_variables,)),
-            ]
-        return fields
-
-    def offset(self, field: str) -> int:
-        """Where `field` starts in the flat vector."""
-        start = 0
-        for name, shape in self.scalar_fields():
-            if name == field:
-                return start
-            start += int(np.prod(shape))
-        raise KeyError(f"No scalar field {field!r} in this layout.")
-
-    @property
-    def size(self) -> int:
-        """The length of the flat vector."""
-        return sum(int(np.prod(shape)) for _, shape in self.scalar_fields())
+__all__ = [
+    "COLUMNS",
+    "NO_STEP",
+    "HistogramSnapshot",
+    "Layout",
+    "MonitorState",
+    "Snapshot",
+]
 
 
 @dataclasses.dataclass(frozen=True)

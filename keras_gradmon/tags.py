@@ -25,7 +25,7 @@ import numpy as np
 if TYPE_CHECKING:
     from keras_gradmon.config import MonitorConfig
     from keras_gradmon.monitor import GradientMonitor
-    from keras_gradmon.state import Layout
+    from keras_gradmon.schema import Layout
 
 # (No TensorFlow import at module level: the report parses tags with this
 # module and should start without loading TensorFlow.)
@@ -208,7 +208,7 @@ class TagTable:
     ) -> TagTable:
         """The table of a monitor with these options, variables and groups,
         under `scope` (None: `config.tag_scope`)."""
-        from keras_gradmon.measurement import TOTALS
+        from keras_gradmon.schema import TOTALS
 
         scope, entries = scope or config.tag_scope, []
         totals = layout.offset("totals")
@@ -273,7 +273,7 @@ class TagTable:
 def _variable_tags(
     config: MonitorConfig, paths: Sequence[str], layout: Layout, scope: str | None
 ) -> list[ScalarTag]:
-    from keras_gradmon.state import COLUMNS
+    from keras_gradmon.schema import COLUMNS
 
     entries, width = [], len(COLUMNS)
     columns = [(name, COLUMNS.index(name)) for name in config.statistics]

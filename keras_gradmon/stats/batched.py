@@ -18,21 +18,12 @@ import numpy as np
 import tensorflow as tf
 
 from keras_gradmon.graph import gate
+from keras_gradmon.schema import STATISTICS
 from keras_gradmon.stats.layout import Layout, by_layout
 
-#: The statistics computed for every tensor, in storage order. A statistic
-#: is defined here alone: its name, the reductions it needs (`_NEEDS`) and
-#: how they finish into its value (`_finish`).
-STATISTICS: tuple[str, ...] = (
-    "norm",
-    "mean",
-    "std",
-    "min",
-    "max",
-    "max_abs",
-    "zero_fraction",
-    "nonfinite",
-)
+#: A statistic is named in `keras_gradmon.schema.STATISTICS`; it is defined
+#: here alone: the reductions it needs (`_NEEDS`) and how they finish into
+#: its value (`_finish`).
 
 # A block sums 1 per zero, _NONFINITE per non-finite element: exact in float32.
 _NONFINITE = 4096.0

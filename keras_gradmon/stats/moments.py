@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from keras_gradmon.stats.batched import STATISTICS, batched_statistics
+from keras_gradmon.schema import STATISTICS
+from keras_gradmon.stats.batched import batched_statistics
 
 
 def tensor_statistics(
