@@ -23,7 +23,7 @@ from keras_gradmon.adapters.base import (
     set_variables,
 )
 from keras_gradmon.config import MonitorConfig
-from keras_gradmon.graph import exact_copies, in_xla_context
+from keras_gradmon.graph import exact_copies, in_xla_context, unconverted
 from keras_gradmon.monitor import GradientMonitor
 
 
@@ -121,6 +121,7 @@ class GradientMonitorOptimizer(
         self._track_variable(variable)
         return variable
 
+    @unconverted
     def build(self, var_list: list) -> None:
         self.monitor.build(var_list, self._make_variable)
         self.inner_optimizer.build(var_list)
@@ -201,6 +202,7 @@ class GradientMonitorOptimizer(
 
     # The step --------------------------------------------------------------
 
+    @unconverted
     def apply(self, grads: list, trainable_variables: list | None = None) -> None:
         """Measures (and clips) the gradients, then applies them with the
         inner optimizer (see the class docstring)."""

@@ -1,20 +1,61 @@
 """`StepAdapter`: what the adapters that record against a step variable of
-the caller's (tf_keras, `tf.compat.v1.train`) share: the constructor, and
-one monitor row per variable, in the order the variables were created."""
+the caller's (tf_keras, `tf.compat.v1.train`) share: the constructor, one
+monitor row per variable, in the order the variables were created, and the
+in-step work (measure, write), left out of a trace that does not measure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+import tensorflow as tf
 
 from keras_gradmon.adapters.base import (
     MonitoredOptimizer,
     check_not_monitored,
     check_step,
+    present_rows,
     resolve_config,
 )
 from keras_gradmon.config import MonitorConfig
+from keras_gradmon.measurement import Due, Processed
 from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.recorders.graph_writer import write_recorded
+
+_MEASURING = contextvars.ContextVar("keras_gradmon_measuring", default=True)
+
+
+@contextlib.contextmanager
+def measuring(on: bool) -> Iterator[None]:
+    """Within (while a step is traced), `measuring(False)` leaves the
+    monitor out of the traced step where it has nothing to do on a step
+    that is not due: no clipping, no `skip_nonfinite`. The step is then the
+    unwrapped one, op for op. For two traced functions chosen on the host,
+    one that measures and one that does not
+    (`keras_gradmon.integrations.tf_agents.function`)."""
+    token = _MEASURING.set(bool(on))
+    try:
+        yield
+    finally:
+        _MEASURING.reset(token)
+
+
+def check_int64_step(step: Any, argument: str = "step") -> None:
+    """Refuses an integer step variable other than int64: tf-agents' own
+    summaries (`Losses/...`) need an int64 `train_step_counter`, and fail
+    with an int32 one as soon as a summary writer is set, wrapped or not."""
+    if step is None or not isinstance(step, tf.Variable) or step.dtype == tf.int64:
+        return
+    raise ValueError(
+        f"`{argument}` must be an int64 tf.Variable: tf-agents' own summaries "
+        "(`Losses/...`) fail with a step counter of another dtype as soon as a "
+        f"summary writer is set, wrapped or not. Received: {argument}={step!r} "
+        f"(dtype {step.dtype.name}). Create the counter as "
+        "`tf.Variable(0, dtype=tf.int64)` and give the same variable to the "
+        "agent (`train_step_counter=`) and to the wrapper (`step=`)."
+    )
 
 
 def creation_order(variable: Any) -> int:
@@ -59,9 +100,31 @@ class StepAdapter(MonitoredOptimizer):
         self._track_trackable(inner_optimizer, "inner_optimizer")
         self.monitor = GradientMonitor(monitor_config)
         self._step = check_step(step)
+        check_int64_step(step)
         self._rows: dict[Any, int] = {}
 
     def _accepts(self, optimizer: Any) -> bool:
+        raise NotImplementedError
+
+    def _process(self, step: tf.Tensor, grads: list, indices: list[int]) -> Processed:
+        """`monitor.process`, then the in-graph write of what it recorded;
+        neither in a trace under `measuring(False)` when the monitor has
+        nothing to do on a step that is not due."""
+        monitor = self.monitor
+        if not _MEASURING.get() and not (
+            monitor.clip_rule is not None or monitor.config.skip_nonfinite
+        ):
+            return Processed(list(grads), True, Due(False, False))
+        with tf.name_scope(self.name):
+            done = monitor.process(step, grads, indices)
+            present = present_rows(grads, indices)
+            write_recorded(monitor, step, done.due, present, self.name)
+        return done
+
+    def step_variable(self) -> Any:
+        """The variable whose value is the step the next `apply_gradients`
+        records against, when it gets no `global_step`: `step=`, else the
+        wrapper's own count."""
         raise NotImplementedError
 
     def _init_base(self, name: str) -> None:

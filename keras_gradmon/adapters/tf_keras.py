@@ -21,13 +21,9 @@ import tensorflow as tf
 import tf_keras
 
 from keras_gradmon import distribute
-from keras_gradmon.adapters.base import (
-    ConfigFromInner,
-    forwarded,
-    present_rows,
-)
+from keras_gradmon.adapters.base import ConfigFromInner, forwarded
 from keras_gradmon.adapters.stepped import StepAdapter
-from keras_gradmon.recorders.graph_writer import write_recorded
+from keras_gradmon.graph import unconverted
 
 _NEW_BASE = tf_keras.optimizers.Optimizer
 _CLASSIC_BASE = tf_keras.optimizers.legacy.Optimizer
@@ -105,6 +101,7 @@ class TfKerasGradientMonitorOptimizer(ConfigFromInner, StepAdapter, _CLASSIC_BAS
             aggregation=distribute.AGGREGATION,
         )
 
+    @unconverted
     def build(self, var_list: Iterable[tf.Variable]) -> None:
         """Creates the monitor's state (and the inner optimizer's), in the
         order the variables were created: both are checkpointed by position
@@ -125,9 +122,13 @@ class TfKerasGradientMonitorOptimizer(ConfigFromInner, StepAdapter, _CLASSIC_BAS
                 else:
                     inner._create_all_weights(var_list)
 
+    def step_variable(self) -> Any:
+        return self.iterations if self._step is None else self._step
+
     def _create_all_weights(self, var_list: Iterable[tf.Variable]) -> None:
         self.build(var_list)
 
+    @unconverted
     def apply_gradients(
         self, grads_and_vars: Iterable, name: str | None = None, **kwargs: Any
     ) -> Any:
@@ -149,11 +150,7 @@ class TfKerasGradientMonitorOptimizer(ConfigFromInner, StepAdapter, _CLASSIC_BAS
         self.build(variables)
         indices = [self._row(v) for v in variables]
         step = tf.cast(self.iterations if self._step is None else self._step, tf.int64)
-        with tf.name_scope(self.name):
-            done = self.monitor.process(step, grads, indices)
-            write_recorded(
-                self.monitor, step, done.due, present_rows(grads, indices), self.name
-            )
+        done = self._process(step, grads, indices)
         kwargs["experimental_aggregate_gradients"] = False
 
         def apply(grads: list) -> Any:

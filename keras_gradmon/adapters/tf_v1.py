@@ -10,9 +10,9 @@ from typing import Any
 import tensorflow as tf
 
 from keras_gradmon import distribute
-from keras_gradmon.adapters.base import make_tf_variable, present_rows
+from keras_gradmon.adapters.base import make_tf_variable
 from keras_gradmon.adapters.stepped import StepAdapter
-from keras_gradmon.recorders.graph_writer import write_recorded
+from keras_gradmon.graph import unconverted
 
 _V1_BASE = tf.compat.v1.train.Optimizer
 
@@ -92,6 +92,7 @@ class V1GradientMonitorOptimizer(StepAdapter, _V1_BASE):
         """The inner optimizer's `compute_gradients`."""
         return self.inner_optimizer.compute_gradients(loss, var_list=var_list, **kwargs)
 
+    @unconverted
     def apply_gradients(
         self, grads_and_vars: Iterable, global_step: Any = None, name: str | None = None
     ) -> Any:
@@ -111,10 +112,7 @@ class V1GradientMonitorOptimizer(StepAdapter, _V1_BASE):
         self._build(variables)
         indices = [self._row(v) for v in variables]
         step = tf.cast(tf.convert_to_tensor(self._step_source(global_step)), tf.int64)
-        with tf.name_scope(self.get_name()):
-            done = self.monitor.process(step, grads, indices)
-            present = present_rows(grads, indices)
-            write_recorded(self.monitor, step, done.due, present, self.get_name())
+        done = self._process(step, grads, indices)
 
         def apply() -> Any:
             updates = list(zip(done.grads, variables))
@@ -130,6 +128,9 @@ class V1GradientMonitorOptimizer(StepAdapter, _V1_BASE):
             return result
         with tf.control_dependencies([] if result is None else [result]):
             return self._counter.assign_add(1)
+
+    def step_variable(self) -> Any:
+        return self._step if self._step is not None else self._counter
 
     def _step_source(self, global_step: Any) -> Any:
         if global_step is not None:

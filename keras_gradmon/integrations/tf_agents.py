@@ -1,5 +1,6 @@
-"""Helpers for tf-agents: wrap every optimizer an agent class takes, and
-convert optimizers the way SacAgent does. Nothing here runs on import.
+"""Helpers for tf-agents: wrap every optimizer an agent class takes, convert
+optimizers the way SacAgent does, and trace a monitored agent's train step
+twice, measuring and not (`function`). Nothing here runs on import.
 
 Example:
 
@@ -24,6 +25,7 @@ import tensorflow as tf
 
 from keras_gradmon.adapters import wrap
 from keras_gradmon.adapters.base import MonitoredOptimizer, find_monitor
+from keras_gradmon.adapters.stepped import StepAdapter, check_int64_step, measuring
 
 #: The constructor arguments through which tf-agents' agents take
 #: optimizers, and the tag scope each gets when an agent takes several.
@@ -160,6 +162,7 @@ def _wrapping_init(
         arguments.pop("self")
         arguments.update(arguments.pop(var_keyword, None) or {})
         counter = arguments.get("train_step_counter")
+        check_int64_step(counter, "train_step_counter")
         if counter is None:
             counter = tf.compat.v1.train.get_or_create_global_step()
             arguments["train_step_counter"] = counter
@@ -178,3 +181,113 @@ def _wrapping_init(
             setattr(self, f"{name}_monitor", wrapper)
 
     return __init__
+
+
+def function(train: Any, optimizers: Any = None, **kwargs: Any) -> Any:
+    """`common.function(train)` for a monitored agent: traced twice, once
+    measuring and once without the monitor; each call picks, on the host,
+    the one that measures only when a wrapper is due.
+
+    Without it, a step that records nothing still runs the monitor's
+    conditional (about 0.1 ms a step without XLA). With it, such a step
+    runs the unwrapped step, op for op, plus one read of each step variable
+    on the host (about 5 us). A wrapper that clips or skips non-finite
+    steps keeps its every-step work in both functions.
+
+    Args:
+        train: The agent's `train` (a bound method: the wrappers are found
+            among the agent's attributes), or any function whose train steps
+            apply the gradients of `optimizers`.
+        optimizers: The monitored optimizers (default: those of `train`'s
+            agent).
+        **kwargs: Passed on to `common.function` (`autograph=False` unless
+            given, as there).
+
+    Example:
+
+    ```python
+    agent.train = gradmon_agents.function(agent.train)  # not common.function
+    with writer.as_default():
+        agent.train(experience)  # measures on due steps only
+    ```
+    """
+    from tf_agents.utils import common
+
+    wrappers = _wrappers_of(train, optimizers)
+
+    def traced(on: bool) -> Any:
+        @functools.wraps(train)
+        def run(*args: Any, **kw: Any) -> Any:
+            with measuring(on):  # runs while tracing only
+                return train(*args, **kw)
+
+        return common.function(run, **kwargs)
+
+    return _HostChoice(traced(True), traced(False), wrappers)
+
+
+def _wrappers_of(train: Any, optimizers: Any) -> list[StepAdapter]:
+    """The monitored optimizers `function` chooses for, checked."""
+    if optimizers is None:
+        agent = getattr(train, "__self__", None)
+        optimizers = [] if agent is None else list(vars(agent).values())
+        optimizers = [o for o in optimizers if isinstance(o, StepAdapter)]
+        if not optimizers:
+            raise ValueError(
+                "`train` must be the train method of an agent with an optimizer "
+                "monitored by keras_gradmon (from `monitored(...)` or "
+                "`keras_gradmon.wrap`), or pass `optimizers=`. Received: "
+                f"train={train!r}"
+            )
+    wrappers = list({id(o): o for o in optimizers}.values())
+    for wrapper in wrappers:
+        if not isinstance(wrapper, StepAdapter):
+            raise ValueError(
+                "`optimizers` must be tf_keras or tf.compat.v1.train optimizers "
+                "monitored by keras_gradmon. Received: optimizers="
+                f"{optimizers!r}"
+            )
+    return wrappers
+
+
+class _HostChoice:
+    """Calls `measured` when any wrapper is due at its step (or within the
+    steps one call has advanced it by, at most), else `unmeasured`."""
+
+    def __init__(self, measured: Any, unmeasured: Any, wrappers: list) -> None:
+        self.measured, self.unmeasured = measured, unmeasured
+        self._wrappers = wrappers
+        self._advance = 1  # the most steps one call has moved a step by
+        self._last: list[int] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        steps = [_host_value(w.step_variable()) for w in self._wrappers]
+        if self._last is not None:
+            moved = max(s - last for s, last in zip(steps, self._last))
+            self._advance = max(self._advance, moved)
+        self._last = steps
+        due = any(_due(w, s, s + self._advance) for w, s in zip(self._wrappers, steps))
+        return (self.measured if due else self.unmeasured)(*args, **kwargs)
+
+
+def _due(wrapper: StepAdapter, first: int, end: int) -> bool:
+    monitor = wrapper.monitor
+    return monitor.schedule.any_due(first, end) or (
+        monitor.histogram_schedule.any_due(first, end)
+    )
+
+
+def _host_value(variable: Any) -> int:
+    """The value of a step variable on the host (0 before it exists): the
+    raw read, about 5 us (`.numpy()` takes about 17)."""
+    if variable is None:
+        return 0
+    try:
+        from tensorflow.python.ops import gen_resource_variable_ops
+
+        value = gen_resource_variable_ops.read_variable_op(
+            variable.handle, variable.dtype
+        )
+    except (AttributeError, ImportError):  # not a plain resource variable
+        value = tf.convert_to_tensor(variable)
+    return int(value)
