@@ -1,13 +1,17 @@
 """TensorBoard's histogram format, `[k, 3]` rows of (left, right, count),
 from the bucket counts and value range the monitor records (see
-`keras_gradmon.stats.histogram` for the bucket convention)."""
+`keras_gradmon.stats.histogram` for the bucket convention). The host
+version needs no TensorFlow; the graph one imports it when called."""
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def histogram_rows(counts: np.ndarray, value_range: np.ndarray) -> np.ndarray:
@@ -32,10 +36,13 @@ def histogram_rows_graph(counts: tf.Tensor, value_range: tf.Tensor) -> tf.Tensor
 
     Example:
 
+    >>> import tensorflow as tf
     >>> histogram_rows_graph(tf.constant([1, 2]), tf.constant([0.0, 1.0])).numpy()
     array([[0. , 0.5, 1. ],
            [0.5, 1. , 2. ]])
     """
+    import tensorflow as tf
+
     k = int(counts.shape[0])
     value_range = tf.cast(value_range, tf.float64)
     finite = tf.reduce_all(tf.math.is_finite(value_range))

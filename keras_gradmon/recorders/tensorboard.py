@@ -1,30 +1,122 @@
-"""Writes scalars and histograms to a TensorBoard event file."""
+"""Writes scalars, histograms and text to a TensorBoard event file, with
+TensorBoard's own event-file writer and protocol buffers: writing to a log
+directory never imports TensorFlow (Keras on JAX or PyTorch needs none)."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import itertools
 import os
+import socket
+import threading
+import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
-from tensorboard.compat.proto import summary_pb2
+from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.plugins.text import metadata as text_metadata
+from tensorboard.summary.writer.event_file_writer import EventFileWriter, _AsyncWriter
+from tensorboard.summary.writer.record_writer import RecordWriter
 from tensorboard.util import tensor_util
+
+#: Numbers the event files of this process: two files opened in one second
+#: (the time in a file name has seconds only) get different names.
+_file_numbers = itertools.count()
+_open_files: weakref.WeakSet = weakref.WeakSet()
+
+
+class EventFile(EventFileWriter):
+    """TensorBoard's `EventFileWriter`, opened without TensorFlow.
+
+    A new file `events.out.tfevents.<time>.<host>.<pid>.<n>.keras_gradmon`
+    in `log_dir` (created if needed; `<n>` numbers the files of the process,
+    so that files opened in one second differ) begins with the
+    `file_version: brain.Event:2` event; events are queued and written by
+    TensorBoard's own writing thread, which flushes the first event at once
+    and the others within two minutes, or at `flush()`. A local directory is written with
+    Python's file I/O: `EventFileWriter` itself opens files through
+    `tensorboard.compat.tf`, which imports TensorFlow wherever it is
+    installed. A URL (`gs://`, `s3://`) is left to `EventFileWriter` and its
+    file systems (TensorFlow's if installed). Open files are flushed at
+    interpreter exit, and closed when no longer referenced.
+
+    Example:
+
+    >>> events = EventFile("/tmp/logs")
+    >>> events.add_event(event_pb2.Event(step=1, wall_time=time.time()))
+    >>> events.close()
+    """
+
+    def __init__(self, log_dir: str) -> None:
+        suffix = f".{next(_file_numbers)}.keras_gradmon"
+        if "://" in log_dir:
+            super().__init__(log_dir, filename_suffix=suffix)
+        else:
+            self._open_local(log_dir, suffix)
+        weakref.finalize(self, self._async_writer.close).atexit = False
+        _open_files.add(self)
+
+    def _open_local(self, log_dir: str, suffix: str) -> None:
+        # What EventFileWriter.__init__ does, with os and open() for its gfile.
+        os.makedirs(log_dir, exist_ok=True)
+        self._logdir = log_dir
+        host, pid = socket.gethostname(), os.getpid()
+        name = f"events.out.tfevents.{int(time.time()):010d}.{host}.{pid}{suffix}"
+        self._file_name = os.path.join(log_dir, name)
+        self._general_file_writer = open(self._file_name, "wb")  # noqa: SIM115
+        self._async_writer = _AsyncWriter(
+            RecordWriter(self._general_file_writer), max_queue_size=10, flush_secs=120
+        )
+        self.add_event(
+            event_pb2.Event(
+                wall_time=time.time(),
+                file_version="brain.Event:2",
+                source_metadata=event_pb2.SourceMetadata(
+                    writer="tensorboard.summary.writer.event_file_writer"
+                ),
+            )
+        )
+        self.flush()
+
+    @property
+    def path(self) -> str:
+        """The event file's path."""
+        return self._file_name
+
+    def close(self) -> None:
+        """Writes what is queued, ends the writing thread, closes the file."""
+        _open_files.discard(self)
+        super().close()
+
+
+@atexit.register
+def _flush_open_files() -> None:
+    """At interpreter exit, writes what open event files have queued."""
+    for events in list(_open_files):
+        with contextlib.suppress(Exception):  # nobody is left to tell
+            events.flush()
 
 
 class TensorBoardRecorder:
-    """Writes `{tag: value}` scalars and `{tag: [k, 3]}` histograms.
+    """Writes `{tag: value}` scalars, `{tag: [k, 3]}` histograms and text.
 
     All the values of one call are packed into one `Summary` protocol buffer
-    on the host and written with a single op
-    (`tf.summary.experimental.write_raw_pb`), so writing a hundred tags costs
-    about what one `tf.summary.scalar` does. The values are stored exactly as
-    `tf.summary.scalar` and `tf.summary.histogram` store them (tensor values
-    with the scalars / histograms plugin metadata), so TensorBoard's
-    dashboards and readers see no difference.
+    on the host and written as one event (with its step and wall time), so
+    writing a hundred tags costs about what one scalar does. The values are
+    stored exactly as `tf.summary.scalar`, `tf.summary.histogram` and
+    `tf.summary.text` store them (tensor values with the plugin metadata in
+    each tag's first event of a file), so TensorBoard's dashboards and
+    readers see no difference.
+
+    With `log_dir`, the events go to an `EventFile` (TensorBoard's own
+    writer; no TensorFlow), opened on the first write; `close()` closes it,
+    and a later write opens a new file. With `writer`, they go through
+    TensorFlow (`tf.summary.experimental.write_raw_pb`), imported then.
 
     Args:
         log_dir: Directory for a new event file, created on the first write.
@@ -34,6 +126,7 @@ class TensorBoardRecorder:
 
     >>> recorder = TensorBoardRecorder("/tmp/logs")
     >>> recorder.write_scalars({"grad_norm/global": 0.5}, step=0)
+    >>> recorder.close()
     """
 
     def __init__(
@@ -55,6 +148,7 @@ class TensorBoardRecorder:
         self.log_dir = log_dir
         self._writer = writer
         self._owns_writer = writer is None
+        self._lock = threading.RLock()  # the training and writing threads
         self._scalar_metadata = scalar_metadata.create_summary_metadata(
             display_name="", description=""
         )
@@ -76,43 +170,52 @@ class TensorBoardRecorder:
 
     @property
     def writer(self) -> Any:
-        """The `tf.summary` writer, created on first use."""
-        if self._writer is None:
-            self._writer = tf.summary.create_file_writer(self.log_dir)
-        return self._writer
+        """The `EventFile` (opened on first use), or the given writer."""
+        with self._lock:
+            if self._writer is None:
+                self._writer = EventFile(self.log_dir)
+            return self._writer
 
     def write_scalars(self, values: Mapping[str, float], step: int) -> None:
         """Writes each `{tag: value}` as a scalar at `step`."""
-        summary = summary_pb2.Summary()
-        for tag, value in values.items():
-            entry = summary.value.add(tag=tag)
-            self._describe(entry, self._scalar_metadata)
-            entry.tensor.dtype = 1  # DT_FLOAT, a scalar (empty shape)
-            entry.tensor.float_val.append(value)
-        self._write(summary, step)
+        with np.errstate(over="ignore"):  # beyond float32: inf, as in TensorFlow
+            numbers = np.asarray(list(values.values()), dtype=np.float32)
+        with self._lock:
+            summary = summary_pb2.Summary()
+            for tag, number in zip(values, numbers):
+                entry = summary.value.add(tag=tag)
+                self._describe(entry, self._scalar_metadata)
+                # As TensorFlow stores a float32 scalar: DT_FLOAT, an empty
+                # shape, the value's bytes in `tensor_content`.
+                entry.tensor.dtype = 1
+                entry.tensor.tensor_shape.SetInParent()
+                entry.tensor.tensor_content = number.tobytes()
+            self._write(summary, step)
 
     def write_histograms(self, histograms: Mapping[str, np.ndarray], step: int) -> None:
         """Writes each `{tag: [k, 3] (left, right, count)}` as a histogram."""
-        summary = summary_pb2.Summary()
-        for tag, buckets in histograms.items():
-            entry = summary.value.add(
-                tag=tag,
-                tensor=tensor_util.make_tensor_proto(
-                    np.asarray(buckets, dtype=np.float64)
-                ),
-            )
-            self._describe(entry, self._histogram_metadata)
-        self._write(summary, step)
+        with self._lock:
+            summary = summary_pb2.Summary()
+            for tag, buckets in histograms.items():
+                entry = summary.value.add(
+                    tag=tag,
+                    tensor=tensor_util.make_tensor_proto(
+                        np.asarray(buckets, dtype=np.float64)
+                    ),
+                )
+                self._describe(entry, self._histogram_metadata)
+            self._write(summary, step)
 
     def write_text(self, tag: str, lines: Sequence[str], step: int) -> None:
         """Writes `lines` as one text summary (a vector of strings) at `step`."""
-        summary = summary_pb2.Summary()
-        entry = summary.value.add(
-            tag=tag,
-            tensor=tensor_util.make_tensor_proto(np.asarray(lines, dtype=object)),
-        )
-        self._describe(entry, self._text_metadata)
-        self._write(summary, step)
+        with self._lock:
+            summary = summary_pb2.Summary()
+            entry = summary.value.add(
+                tag=tag,
+                tensor=tensor_util.make_tensor_proto(np.asarray(lines, dtype=object)),
+            )
+            self._describe(entry, self._text_metadata)
+            self._write(summary, step)
 
     def _describe(self, entry: Any, metadata: Any) -> None:
         if entry.tag not in self._described:
@@ -121,34 +224,57 @@ class TensorBoardRecorder:
 
     def flush(self) -> None:
         """Flushes the event file."""
-        if self._writer is not None:
-            self._writer.flush()
+        with self._lock:
+            if self._writer is not None:
+                self._writer.flush()
 
     def close(self) -> None:
         """Flushes; closes the event file if this recorder opened it (a new
-        one is opened by the next write)."""
-        if self._writer is None:
-            return
-        if self._owns_writer:
-            self._writer.close()
-            self._writer = None
-        else:
-            self._writer.flush()
+        one, describing its tags again, is opened by the next write)."""
+        with self._lock:
+            if self._writer is None:
+                return
+            if self._owns_writer:
+                self._writer.close()
+                self._writer = None
+                self._described.clear()
+            else:
+                self._writer.flush()
 
     def _write(self, summary: summary_pb2.Summary, step: int) -> None:
         if not summary.value:
             return
-        with self.writer.as_default():
-            tf.summary.experimental.write_raw_pb(
-                # A NumPy int, not a Python one: TensorFlow's eager runtime
-                # caches a tensor per distinct Python int it converts (a
-                # new step each write grows that cache without bound).
-                summary.SerializeToString(), step=np.int64(step)
+        if self._owns_writer:
+            event = event_pb2.Event(
+                wall_time=time.time(), step=int(step), summary=summary
             )
+            self.writer.add_event(event)
+        else:
+            _write_raw(self._writer, summary, step)
+
+
+def _write_raw(writer: Any, summary: summary_pb2.Summary, step: int) -> None:
+    """Writes `summary` at `step` with a `tf.summary` writer."""
+    import tensorflow as tf
+
+    with writer.as_default():
+        tf.summary.experimental.write_raw_pb(
+            # A NumPy int, not a Python one: TensorFlow's eager runtime
+            # caches a tensor per distinct Python int it converts (a
+            # new step each write grows that cache without bound).
+            summary.SerializeToString(),
+            step=np.int64(step),
+        )
 
 
 def check_log_dir(name: str, value: object) -> str:
-    """`value` as a path string, if it is a non-empty str or os.PathLike."""
+    """`value` as a path string, if it is a non-empty str or os.PathLike.
+
+    Example:
+
+    >>> check_log_dir("log_dir", "logs")
+    'logs'
+    """
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str) or not value:
