@@ -38,9 +38,9 @@ class EventFile(EventFileWriter):
     so that files opened in one second differ) begins with the
     `file_version: brain.Event:2` event; events are queued and written by
     TensorBoard's own writing thread, which flushes the first event at once
-    and the others within two minutes, or at `flush()`. A local directory is written with
-    Python's file I/O: `EventFileWriter` itself opens files through
-    `tensorboard.compat.tf`, which imports TensorFlow wherever it is
+    and the others within two minutes, or at `flush()`. A local directory is
+    written with Python's file I/O: `EventFileWriter` itself opens files
+    through `tensorboard.compat.tf`, which imports TensorFlow wherever it is
     installed. A URL (`gs://`, `s3://`) is left to `EventFileWriter` and its
     file systems (TensorFlow's if installed). Open files are flushed at
     interpreter exit, and closed when no longer referenced.
