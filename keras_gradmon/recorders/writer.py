@@ -174,8 +174,8 @@ class MonitorWriter:
         self.missed = not fresh
 
     def write(self) -> bool:
-        """Writes fresh scalars and histograms now, after whatever is queued;
-        returns whether there were any."""
+        """Writes fresh scalars and histograms now, after whatever is queued,
+        and flushes them to their files; returns whether there were any."""
         if not self.monitor.built:
             return False
         self.drain()
@@ -191,6 +191,7 @@ class MonitorWriter:
                     state.capture_histograms() if fresh_hist else None,
                 )
             )
+            self.flush()
         return fresh_stats or fresh_hist
 
     def _write_scalars(self, snapshot: Snapshot) -> None:
@@ -256,7 +257,8 @@ _writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def write_summaries(optimizer: Any, writer: Any) -> bool:
     """Writes the statistics `optimizer` recorded since the last call.
 
-    The one line a custom training loop needs after `apply_gradients`.
+    The one line a custom training loop needs after `apply_gradients`;
+    what it writes is flushed to the event file at once.
     Statistics already written are not written again, so calling it every
     step costs two small host reads on steps without fresh statistics.
 
