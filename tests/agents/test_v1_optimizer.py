@@ -155,10 +155,11 @@ def test_minimize_with_global_step():
 
 @pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
 def test_step_rule(dtype, tmp_path):
-    """`global_step` when given, else `step=`, else the wrapper's own count;
-    the summaries are written at the same steps."""
+    """`global_step` (of any integer dtype) when given, else `step=` (int64,
+    as tf.summary needs), else the wrapper's own count; the summaries are
+    written at the same steps."""
     variables = _variables()
-    step = tf.Variable(40, dtype=dtype)
+    step = tf.Variable(40, dtype=tf.int64)
     global_step = tf.Variable(7, dtype=dtype)
     own, given = (
         keras_gradmon.wrap(V1.GradientDescentOptimizer(0.1), name=n, **LEAN, **s)
