@@ -12,17 +12,19 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,agents]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,agents,jax]"
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/keras-gradmon demo
 
-# tf-agents needs TF_USE_LEGACY_KERAS=1 before TensorFlow is imported, so its
-# tests run in a process of their own.
+# tf-agents needs TF_USE_LEGACY_KERAS=1 before TensorFlow is imported, and
+# Keras picks its backend once per process, so their tests and the JAX
+# backend's (tests/jax) run in processes of their own.
 test: $(STAMP)
 	$(PY) -m ruff check .
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q --ignore=tests/agents
+	KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q tests/jax
 	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q tests/agents
 
 lint: $(STAMP)

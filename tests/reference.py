@@ -79,6 +79,31 @@ def reference_histogram(values, buckets: int) -> tuple[np.ndarray, float, float]
     return np.bincount(index.astype(int), minlength=buckets), low, high
 
 
+def hard_cases() -> list[np.ndarray]:
+    """Float32 tensors that break naive statistics: squares that overflow or
+    underflow, a norm above float32's max, cancellation, an outlier shift,
+    constants, zeros, an empty tensor, all-NaN, +-Inf, a NaN first element."""
+    rng = np.random.default_rng(0)
+    big = np.full([5000], 1e36, np.float32)
+    big[0] = -3e38
+    first_nan = rng.normal(size=300).astype(np.float32) + 7.0
+    first_nan[0] = np.nan
+    return [
+        big,
+        np.array([3e38, 3e38, -3e38], np.float32),  # the norm is above the max
+        (rng.normal(size=4000) * 1e-30).astype(np.float32),
+        (1e4 + rng.normal(size=3000) * 1e-3).astype(np.float32),  # cancels
+        np.array([100.0] + [0.5, -0.5] * 50, np.float32),  # an outlier shift
+        np.full([70], 2.5, np.float32),
+        np.zeros([3, 4], np.float32),
+        np.zeros([0], np.float32),
+        np.full([9], np.nan, np.float32),
+        np.array([np.inf, -np.inf, 1.0, 0.0], np.float32),
+        first_nan,
+        rng.normal(size=(64, 33)).astype(np.float32),
+    ]
+
+
 def load_events(log_dir: str) -> event_accumulator.EventAccumulator:
     """All scalars, tensors and histograms under `log_dir`, read by TensorBoard."""
     files = glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))

@@ -6,18 +6,22 @@ known only at run time form a second matrix, its layout computed at run
 time). One pass per reduction in float32 (float64 if any tensor is), sums
 around a shift (a median of three elements) against cancellation; one
 conditional recomputes, scaled and in two passes, the rows that pass cannot
-be trusted with. Reductions read a `tf.where`: XLA:CPU then runs fast library
-ones."""
+be trusted with. Reductions read a `where`: XLA:CPU then runs fast library
+ones. Written in `keras.ops`, the same on every Keras backend; what differs
+(the conditional, bin counts, densifying) is in `keras_gradmon.backend`."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-import tensorflow as tf
+from keras import backend as keras_backend
+from keras import ops
 
-from keras_gradmon.graph import gate
+from keras_gradmon import backend
+from keras_gradmon.backend import Tensor
 from keras_gradmon.schema import STATISTICS
 from keras_gradmon.stats.layout import Layout, by_layout
 
@@ -35,44 +39,50 @@ _NEEDS = {"norm": {"sq"}, "mean": {"sum"}, "std": {"sum", "sq", "shift", "extrem
 _NEEDS.update({name: {"extremes"} for name in ("min", "max", "max_abs")})
 
 
-def _per_tensor(partials: tf.Tensor, layout: Layout, op=tf.math.unsorted_segment_sum):
-    return op(partials, layout.segments, layout.count + 1)[:-1]
+def _segment_min(data: Tensor, segments: Any, num_segments: int) -> Tensor:
+    return -ops.segment_max(-data, segments, num_segments=num_segments)
 
 
-def _per_block(values: tf.Tensor, layout: Layout) -> tf.Tensor:
-    return tf.gather(tf.pad(values, [[0, 1]]), layout.segments)[:, None]
+def _per_tensor(partials: Tensor, layout: Layout, op=ops.segment_sum) -> Tensor:
+    return op(partials, layout.segments, num_segments=layout.count + 1)[:-1]
 
 
-def _extremes(x: tf.Tensor, finite: tf.Tensor, layout: Layout, k=None) -> tuple:
+def _per_block(values: Tensor, layout: Layout) -> Tensor:
+    return ops.take(ops.pad(values, [[0, 1]]), layout.segments, 0)[:, None]
+
+
+def _extremes(x: Tensor, finite: Tensor, layout: Layout, k=None) -> tuple:
     """Min and max by tensor, non-finite elements replaced by k (or +-inf)."""
-    inf = tf.constant(float("inf"), x.dtype)
-    low = tf.reduce_min(tf.where(finite, x, inf if k is None else k), 1)
-    high = tf.reduce_max(tf.where(finite, x, -inf if k is None else k), 1)
-    low = _per_tensor(low, layout, tf.math.unsorted_segment_min)
-    return low, _per_tensor(high, layout, tf.math.unsorted_segment_max)
+    inf = float("inf")
+    low = ops.min(ops.where(finite, x, inf if k is None else k), axis=1)
+    high = ops.max(ops.where(finite, x, -inf if k is None else k), axis=1)
+    low = _per_tensor(low, layout, _segment_min)
+    return low, _per_tensor(high, layout, ops.segment_max)
 
 
-def _shift(x: tf.Tensor, layout: Layout) -> tuple[tf.Tensor, tf.Tensor]:
+def _shift(x: Tensor, layout: Layout) -> tuple[Tensor, Tensor]:
     """Median of the finite ones of 3 elements by tensor, and if there was one."""
-    samples = tf.gather(tf.reshape(x, [-1]), layout.samples)
-    finite = tf.math.is_finite(samples)
-    ordered = tf.sort(tf.where(finite, samples, float("inf")), axis=1)
-    found = tf.reduce_sum(tf.cast(finite, tf.int32), 1)
-    middle = tf.gather(ordered, tf.maximum(found - 1, 0) // 2, batch_dims=1)
-    return tf.where(found > 0, middle, tf.zeros_like(middle)), found > 0
+    samples = ops.take(ops.reshape(x, [-1]), layout.samples)
+    finite = ops.isfinite(samples)
+    ordered = ops.sort(ops.where(finite, samples, float("inf")), axis=1)
+    found = ops.sum(ops.cast(finite, "int32"), axis=1)
+    middle = ops.maximum(found - 1, 0) // 2
+    middle = ops.take_along_axis(ordered, middle[:, None], axis=1)[:, 0]
+    return ops.where(found > 0, middle, ops.zeros_like(middle)), found > 0
 
 
-def _counts(x: tf.Tensor, finite: tf.Tensor, layout: Layout) -> dict:
-    code = tf.reduce_sum(tf.where(finite, tf.where(x == 0, 1.0, 0.0), _NONFINITE), 1)
-    nonfinite = tf.floor(code / _NONFINITE)
-    ints = tf.cast(tf.stack([nonfinite, code - _NONFINITE * nonfinite], 1), tf.int32)
-    totals = _per_tensor(ints, layout)
+def _counts(x: Tensor, finite: Tensor, layout: Layout) -> dict:
+    zero = ops.where(x == 0, 1.0, 0.0)
+    code = ops.sum(ops.where(finite, zero, _NONFINITE), axis=1)
+    nonfinite = ops.floor(code / _NONFINITE)
+    ints = ops.stack([nonfinite, code - _NONFINITE * nonfinite], 1)
+    totals = _per_tensor(ops.cast(ints, "int32"), layout)
     nonfinite = totals[:, 0] - layout.pads
-    n = tf.cast(layout.sizes - nonfinite, x.dtype)
+    n = ops.cast(layout.sizes - nonfinite, x.dtype)
     return {"n": n, "nonfinite": nonfinite, "zeros": totals[:, 1]}
 
 
-def _reductions(x: tf.Tensor, finite: tf.Tensor, layout: Layout, needs: set) -> dict:
+def _reductions(x: Tensor, finite: Tensor, layout: Layout, needs: set) -> dict:
     """The one-pass sums (around the shift) and extremes of each tensor."""
     r, d = {}, x
     if needs & {"shift", "extremes"}:
@@ -84,70 +94,70 @@ def _reductions(x: tf.Tensor, finite: tf.Tensor, layout: Layout, needs: set) -> 
     names = [n for n in ("sum", "sq") if n in needs]
     if names:
         terms = {"sum": d, "sq": d * d}
-        sums = [tf.reduce_sum(tf.where(finite, terms[n], 0.0), 1) for n in names]
-        sums = _per_tensor(tf.stack(sums, 1), layout)
+        sums = [ops.sum(ops.where(finite, terms[n], 0.0), axis=1) for n in names]
+        sums = _per_tensor(ops.stack(sums, 1), layout)
         r.update({n: sums[:, i] for i, n in enumerate(names)})
     return r
 
 
-def _fast(r: dict, c: dict, needs: set) -> tuple[dict, tf.Tensor]:
+def _fast(r: dict, c: dict, needs: set) -> tuple[dict, Tensor]:
     """Statistics from the one-pass sums, and which rows need the careful path."""
-    n, sq = tf.maximum(c["n"], 1.0), r.get("sq")
-    out, bad = {}, tf.zeros_like(c["n"], tf.bool)
-    tiny = _TINY * np.finfo(n.dtype.name).tiny
+    n, sq = ops.maximum(c["n"], 1.0), r.get("sq")
+    out, bad = {}, ops.zeros_like(c["n"], dtype="bool")
+    tiny = _TINY * np.finfo(keras_backend.standardize_dtype(n.dtype)).tiny
     if "extremes" in needs:
         out["min"], out["max"], bad = r["low"], r["high"], ~r["found"]
     if "sum" in needs:
         mean_d = r["sum"] / n
         out["mean"] = mean_d + r["shift"] if "shift" in needs else mean_d
     if "shift" in needs:
-        var = tf.maximum(r["sq"] / n - tf.square(mean_d), 0.0)
-        out["std"], sq = tf.sqrt(var), c["n"] * var + c["n"] * tf.square(out["mean"])
-        spread = tf.maximum(r["high"] - r["shift"], r["shift"] - r["low"])
+        var = ops.maximum(r["sq"] / n - ops.square(mean_d), 0.0)
+        out["std"], sq = ops.sqrt(var), c["n"] * var + c["n"] * ops.square(out["mean"])
+        spread = ops.maximum(r["high"] - r["shift"], r["shift"] - r["low"])
         bad |= (r["sq"] < tiny) & (spread > 0)  # lost squares of deviations
-        bad |= tf.square(mean_d) > _CANCELLATION * var
+        bad |= ops.square(mean_d) > _CANCELLATION * var
     if sq is not None:  # the sum of squares of x
-        out["norm"] = tf.sqrt(sq)
-        bad |= (sq < tiny) & (c["n"] > tf.cast(c["zeros"], n.dtype))
+        out["norm"] = ops.sqrt(sq)
+        bad |= (sq < tiny) & (c["n"] > ops.cast(c["zeros"], n.dtype))
     for value in out.values():
-        bad |= ~tf.math.is_finite(value)
+        bad |= ~ops.isfinite(value)
     return out, bad & (c["n"] > 0)
 
 
-def _careful(x: tf.Tensor, layout: Layout, c: dict, fast: dict, rows) -> dict:
+def _careful(x: Tensor, layout: Layout, c: dict, fast: dict, rows) -> dict:
     """`fast`, its `rows` recomputed from x / max|x|, the variance in 2 passes."""
-    finite, n = tf.math.is_finite(x), tf.maximum(c["n"], 1.0)
+    finite, n = ops.isfinite(x), ops.maximum(c["n"], 1.0)
     low, high = _extremes(x, finite, layout)
-    largest = tf.maximum(tf.abs(low), tf.abs(high))
-    scale = tf.where((c["n"] > 0) & (largest > 0), largest, tf.ones_like(largest))
-    y = tf.where(finite, x, 0.0) / _per_block(scale, layout)
-    sums = tf.stack([tf.reduce_sum(y, 1), tf.reduce_sum(tf.square(y), 1)], 1)
+    largest = ops.maximum(ops.abs(low), ops.abs(high))
+    scale = ops.where((c["n"] > 0) & (largest > 0), largest, ops.ones_like(largest))
+    y = backend.divide(ops.where(finite, x, 0.0), _per_block(scale, layout))
+    sums = ops.stack([ops.sum(y, axis=1), ops.sum(ops.square(y), axis=1)], 1)
     sums = _per_tensor(sums, layout)
-    deviation = tf.where(finite, y - _per_block(sums[:, 0] / n, layout), 0.0)
-    var = _per_tensor(tf.reduce_sum(tf.square(deviation), 1), layout) / n
+    deviation = ops.where(finite, y - _per_block(sums[:, 0] / n, layout), 0.0)
+    var = _per_tensor(ops.sum(ops.square(deviation), axis=1), layout) / n
     mean, std, norm = (scale * v for v in (sums[:, 0] / n, var**0.5, sums[:, 1] ** 0.5))
     slow = {"min": low, "max": high, "mean": mean, "std": std, "norm": norm}
-    return {k: tf.where(rows, slow[k], v) for k, v in fast.items()}
+    return {k: ops.where(rows, slow[k], v) for k, v in fast.items()}
 
 
-def _finish(s: dict, c: dict, layout: Layout, names: Sequence[str]) -> tf.Tensor:
+def _finish(s: dict, c: dict, layout: Layout, names: Sequence[str]) -> Tensor:
     has, dtype = c["n"] > 0, c["n"].dtype
-    nan = tf.fill(tf.shape(c["n"]), tf.constant(float("nan"), dtype))
-    s = {k: tf.where(has, v, 0.0 if k == "norm" else nan) for k, v in s.items()}
+    nan = ops.full_like(c["n"], float("nan"))
+    s = {k: ops.where(has, v, 0.0 if k == "norm" else nan) for k, v in s.items()}
     if "min" in s:
-        largest = tf.maximum(tf.abs(s["min"]), tf.abs(s["max"]))
-        s["max_abs"] = tf.where(has, largest, 0.0)
-    sizes = tf.cast(tf.maximum(layout.sizes, 1), dtype)
-    s["zero_fraction"] = tf.cast(c["zeros"], dtype) / sizes
-    s["nonfinite"] = tf.cast(c["nonfinite"], dtype)
-    rows = tf.stack([s[k] if k in names else nan for k in STATISTICS], 1)
-    return tf.cast(rows, tf.float32)
+        largest = ops.maximum(ops.abs(s["min"]), ops.abs(s["max"]))
+        s["max_abs"] = ops.where(has, largest, 0.0)
+    sizes = ops.cast(ops.maximum(layout.sizes, 1), dtype)
+    s["zero_fraction"] = ops.cast(c["zeros"], dtype) / sizes
+    s["nonfinite"] = ops.cast(c["nonfinite"], dtype)
+    rows = ops.stack([s[k] if k in names else nan for k in STATISTICS], 1)
+    return ops.cast(rows, "float32")
 
 
 def batched_statistics(
-    tensors: Sequence[tf.Tensor | tf.IndexedSlices],
+    tensors: Sequence[Any],
     names: Sequence[str] = STATISTICS,
-) -> tf.Tensor:
+) -> Tensor:
     """The statistics of each tensor, as rows of one matrix.
 
     Args:
@@ -165,8 +175,8 @@ def batched_statistics(
 
     Example:
 
-    >>> rows = batched_statistics([tf.constant([3.0, -4.0]), tf.zeros([0])])
-    >>> rows[:, 0].numpy().tolist()  # the norms
+    >>> rows = batched_statistics([np.array([3.0, -4.0], "f4"), np.zeros([0], "f4")])
+    >>> np.asarray(rows)[:, 0].tolist()  # the norms
     [5.0, 0.0]
     """
     unknown = [n for n in names if n not in STATISTICS]
@@ -176,26 +186,26 @@ def batched_statistics(
             f"Received: names={list(names)!r}"
         )
     if not tensors:
-        return tf.zeros([0, len(STATISTICS)])
+        return ops.zeros([0, len(STATISTICS)], "float32")
     [rows] = by_layout(tensors, functools.partial(_statistics, names=names))
     return rows
 
 
-def _statistics(x: tf.Tensor, layout: Layout, names: Sequence[str]) -> tuple:
+def _statistics(x: Tensor, layout: Layout, names: Sequence[str]) -> tuple:
     """`batched_statistics` of the tensors of one layout, as a 1-tuple."""
     needs = set().union(*(_NEEDS.get(n, set()) for n in names))
-    finite = tf.math.is_finite(x)
+    finite = ops.isfinite(x)
     counts = _counts(x, finite, layout)
     fast, rows = _fast(_reductions(x, finite, layout, needs), counts, needs)
     if fast:
         careful = functools.partial(_careful, x, layout, counts, fast, rows)
-        fast = gate(tf.reduce_any(rows), careful, lambda: fast)
+        fast = backend.cond(ops.any(rows), careful, lambda: fast)
     return (_finish(fast, counts, layout, names),)
 
 
 def batched_bucket_counts(
-    tensors: Sequence[tf.Tensor | tf.IndexedSlices], buckets: int
-) -> tuple[tf.Tensor, tf.Tensor]:
+    tensors: Sequence[Any], buckets: int
+) -> tuple[Tensor, Tensor]:
     """`bucket_counts` of each tensor, as rows of two matrices.
 
     Args:
@@ -208,32 +218,33 @@ def batched_bucket_counts(
 
     Example:
 
-    >>> counts, ranges = batched_bucket_counts([tf.constant([0.0, 1.0, 1.0])], 2)
-    >>> counts.numpy().tolist(), ranges.numpy().tolist()
+    >>> counts, ranges = batched_bucket_counts([np.array([0.0, 1.0, 1.0], "f4")], 2)
+    >>> np.asarray(counts).tolist(), np.asarray(ranges).tolist()
     ([[1, 2]], [[0.0, 1.0]])
     """
     if not tensors:
-        return tf.zeros([0, buckets], tf.int32), tf.zeros([0, 2])
+        return ops.zeros([0, buckets], "int32"), ops.zeros([0, 2], "float32")
     return by_layout(tensors, functools.partial(_bucket_counts, buckets=buckets))
 
 
-def _bucket_counts(x: tf.Tensor, layout: Layout, buckets: int) -> tuple:
+def _bucket_counts(x: Tensor, layout: Layout, buckets: int) -> tuple:
     """`batched_bucket_counts` of the tensors of one layout."""
-    finite = tf.math.is_finite(x)
+    finite = ops.isfinite(x)
     low, high = _extremes(x, finite, layout)
-    low, high = tf.where(low <= high, low, 0.0), tf.where(low <= high, high, 0.0)
+    low, high = ops.where(low <= high, low, 0.0), ops.where(low <= high, high, 0.0)
     # The arithmetic of `bucket_counts`, element for element.
-    scale = tf.maximum(tf.abs(low), tf.abs(high))
-    scale = tf.where(scale > 0, scale, tf.ones_like(scale))
+    scale = ops.maximum(ops.abs(low), ops.abs(high))
+    scale = ops.where(scale > 0, scale, ops.ones_like(scale))
     width = _per_block(high / scale - low / scale, layout)
     low_b, scale_b = _per_block(low, layout), _per_block(scale, layout)
-    offset = tf.where(finite, x, low_b) / scale_b - low_b / scale_b
-    position = tf.math.divide_no_nan(offset, width) * buckets
-    index = tf.cast(tf.minimum(tf.floor(position), buckets - 1), tf.int32)
-    index = tf.where(width > 0, index, buckets - 1)
+    offset = backend.divide(ops.where(finite, x, low_b), scale_b) - low_b / scale_b
+    position = backend.divide(offset, ops.where(width > 0, width, 1.0)) * buckets
+    position = ops.clip(ops.floor(position), 0.0, buckets - 1)  # as rounded
+    index = ops.cast(position, "int32")
+    index = ops.where(width > 0, index, buckets - 1)
     # Non-finite elements go to an extra bucket per tensor, dropped.
-    index = tf.where(finite, index, buckets) + (buckets + 1) * layout.segments[:, None]
-    size, index = (layout.count + 1) * (buckets + 1), tf.reshape(index, [-1])
-    counts = tf.raw_ops.DenseBincount(input=index, size=size, weights=np.zeros(0, "i4"))
-    counts = tf.reshape(counts, [-1, buckets + 1])[:-1, :buckets]
-    return counts, tf.cast(tf.stack([low, high], 1), tf.float32)
+    index = ops.where(finite, index, buckets) + (buckets + 1) * layout.segments[:, None]
+    size, index = (layout.count + 1) * (buckets + 1), ops.reshape(index, [-1])
+    counts = backend.bincount(index, size)
+    counts = ops.reshape(counts, [-1, buckets + 1])[:-1, :buckets]
+    return counts, ops.cast(ops.stack([low, high], 1), "float32")

@@ -10,14 +10,21 @@ the last bucket. Non-finite elements are left out (they are counted by the
 
 from __future__ import annotations
 
-import tensorflow as tf
+from typing import Any
+
+from keras import ops
+
+from keras_gradmon import backend
+from keras_gradmon.backend import Tensor
+from keras_gradmon.stats.layout import compute_dtype
 
 
-def bucket_counts(x: tf.Tensor, buckets: int) -> tuple[tf.Tensor, tf.Tensor]:
+def bucket_counts(x: Any, buckets: int) -> tuple[Tensor, Tensor]:
     """Counts of the finite elements of `x` in `buckets` equal-width buckets.
 
     Args:
-        x: A tensor of any shape and floating dtype.
+        x: A tensor of any shape and floating dtype (a `tf.IndexedSlices`
+            counts as its dense tensor).
         buckets: The number of buckets, a Python int >= 1.
 
     Returns:
@@ -28,36 +35,36 @@ def bucket_counts(x: tf.Tensor, buckets: int) -> tuple[tf.Tensor, tf.Tensor]:
 
     Example:
 
-    >>> counts, value_range = bucket_counts(tf.constant([0.0, 1.0, 1.0]), 2)
-    >>> counts.numpy().tolist(), value_range.numpy().tolist()
+    >>> import numpy as np
+    >>> counts, value_range = bucket_counts(np.array([0.0, 1.0, 1.0], "f4"), 2)
+    >>> np.asarray(counts).tolist(), np.asarray(value_range).tolist()
     ([1, 2], [0.0, 1.0])
     """
-    if isinstance(x, tf.IndexedSlices):
-        x = tf.convert_to_tensor(x)
-    dtype = tf.float64 if x.dtype == tf.float64 else tf.float32
-    x = tf.reshape(tf.cast(x, dtype), [-1])
-    finite = tf.math.is_finite(x)
-    inf = tf.constant(float("inf"), dtype)
-    low = tf.reduce_min(tf.where(finite, x, inf))
-    high = tf.reduce_max(tf.where(finite, x, -inf))
-    has_finite = tf.reduce_any(finite)
-    low = tf.where(has_finite, low, tf.zeros_like(low))
-    high = tf.where(has_finite, high, tf.zeros_like(high))
+    x = backend.densify(x)
+    x = ops.reshape(ops.cast(x, compute_dtype([x])), [-1])
+    finite = ops.isfinite(x)
+    inf = float("inf")
+    # `initial`: an empty x has the extremes +-inf, as TensorFlow's reductions.
+    low = ops.min(ops.where(finite, x, inf), initial=inf)
+    high = ops.max(ops.where(finite, x, -inf), initial=-inf)
+    has_finite = ops.any(finite)
+    low = ops.where(has_finite, low, ops.zeros_like(low))
+    high = ops.where(has_finite, high, ops.zeros_like(high))
 
     # Bucket on x / max|x| so that (x - low) cannot overflow near the limit.
-    scale = tf.maximum(tf.abs(low), tf.abs(high))
-    scale = tf.where(scale > 0, scale, tf.ones_like(scale))
-    offset = tf.where(finite, x, low) / scale - low / scale
+    scale = ops.maximum(ops.abs(low), ops.abs(high))
+    scale = ops.where(scale > 0, scale, ops.ones_like(scale))
+    offset = backend.divide(ops.where(finite, x, low), scale) - low / scale
     width = high / scale - low / scale
-    position = tf.math.divide_no_nan(offset, width) * buckets
-    index = tf.where(
+    position = backend.divide(offset, ops.where(width > 0, width, 1.0)) * buckets
+    # The first and last buckets take what rounding puts (just) outside.
+    position = ops.clip(ops.floor(position), 0.0, buckets - 1)
+    index = ops.where(
         width > 0,
-        tf.cast(tf.minimum(tf.floor(position), buckets - 1), tf.int32),
-        tf.fill(tf.shape(x), buckets - 1),
+        ops.cast(position, "int32"),
+        ops.full_like(x, buckets - 1, "int32"),
     )
     # Non-finite elements go to an extra segment that is dropped.
-    index = tf.where(finite, index, tf.fill(tf.shape(x), buckets))
-    counts = tf.math.unsorted_segment_sum(
-        tf.ones_like(index), index, num_segments=buckets + 1
-    )[:buckets]
-    return counts, tf.cast(tf.stack([low, high]), tf.float32)
+    index = ops.where(finite, index, ops.full_like(x, buckets, "int32"))
+    counts = ops.segment_sum(ops.ones_like(index), index, num_segments=buckets + 1)
+    return counts[:buckets], ops.cast(ops.stack([low, high]), "float32")

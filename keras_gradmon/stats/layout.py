@@ -2,20 +2,27 @@
 
 Tensors of static shape share one layout of NumPy constants, so the program
 does not grow with their number. Tensors whose size is known only at run
-time (an `Embedding`'s `tf.IndexedSlices` passed into a `tf.function`, an
-`input_signature` of unknown dims) share one layout of the same values
-computed with tensors (`dynamic_layout`, the mirror of `static_layout`).
-`by_layout` computes a batched result for each group and puts its rows back
-in the input order.
+time (TensorFlow only: an `Embedding`'s `tf.IndexedSlices` passed into a
+`tf.function`, an `input_signature` of unknown dims) share one layout of the
+same values computed with tensors (`backend.tensorflow.dynamic_layout`, the
+mirror of `static_layout`). `by_layout` computes a batched result for each
+group and puts its rows back in the input order.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
-import tensorflow as tf
+from keras import backend as keras_backend
+from keras import ops
+
+from keras_gradmon import backend
+from keras_gradmon.backend import Tensor, densify
+
+__all__ = ["Layout", "by_layout", "densify", "prepare", "static_layout"]
 
 _MIN_BLOCK, _MAX_BLOCK = 64, 2048
 # The block sizes above the smallest: the dynamic layout counts those at most
@@ -31,7 +38,13 @@ Layout = namedtuple(
 
 
 def static_layout(sizes: Sequence[int]) -> Layout:
-    """The layout of tensors of static `sizes`: padding below ~25%."""
+    """The layout of tensors of static `sizes`: padding below ~25%.
+
+    Example:
+
+    >>> static_layout([3, 100]).block, static_layout([3, 100]).segments.tolist()
+    (64, [0, 1, 1, 2])
+    """
     sizes = np.asarray(sizes, np.int64)
     target = max(int(sizes.sum()) // (4 * len(sizes)), 1)
     block = int(min(max(2 ** int(np.log2(target)), _MIN_BLOCK), _MAX_BLOCK))
@@ -44,55 +57,46 @@ def static_layout(sizes: Sequence[int]) -> Layout:
     return Layout(len(sizes), block, sizes, pads, samples, segments.astype("i4"))
 
 
-def dynamic_layout(sizes: Sequence[tf.Tensor]) -> Layout:
-    """`static_layout` of sizes known at run time (int32 scalar tensors)."""
-    count = len(sizes)
-    sizes = tf.cast(tf.stack(sizes), tf.int32)
-    target = tf.maximum(tf.reduce_sum(sizes) // (4 * count), 1)
-    steps = tf.reduce_sum(tf.cast(target >= _BLOCKS, tf.int32))
-    block = _MIN_BLOCK * tf.bitwise.left_shift(1, steps)
-    per = -(-sizes // block)
-    start = (tf.cumsum(per) - per) * block
-    samples = tf.stack([start, start + sizes // 2, start + tf.maximum(sizes - 1, 0)], 1)
-    spare = tf.fill(tf.shape(samples), tf.reduce_sum(per) * block)
-    samples = tf.where(sizes[:, None] == 0, spare, samples)
-    segments = tf.concat([tf.repeat(tf.range(count), per), [count]], 0)
-    return Layout(count, block, sizes, per * block - sizes, samples, segments)
+def compute_dtype(tensors: Sequence[Tensor]) -> str:
+    """float64 if any of `tensors` is, else float32.
+
+    Example:
+
+    >>> compute_dtype([np.ones(2, "f2"), np.ones(1, "f4")])
+    'float32'
+    """
+    dtypes = {keras_backend.standardize_dtype(t.dtype) for t in tensors}
+    return "float64" if "float64" in dtypes else "float32"
 
 
-def densify(t: tf.Tensor | tf.IndexedSlices) -> tf.Tensor:
-    """`t` as a dense tensor: `tf.IndexedSlices` with duplicates summed,
-    keeping a static dense shape where there is one."""
-    if not isinstance(t, tf.IndexedSlices):
-        return tf.convert_to_tensor(t)
-    shape = tf.get_static_value(t.dense_shape)
-    dense = tf.convert_to_tensor(t)
-    return dense if shape is None else tf.reshape(dense, shape)
-
-
-def prepare(tensors: Sequence[tf.Tensor]) -> tuple[tf.Tensor, Layout]:
+def prepare(tensors: Sequence[Tensor]) -> tuple[Tensor, Layout]:
     """The dense `tensors` as one NaN-padded `[blocks, block]` matrix (float32,
-    float64 if any is), with a spare all-NaN block, and its layout."""
-    sizes = [t.shape.num_elements() for t in tensors]
+    float64 if any is), with a spare all-NaN block, and its layout.
+
+    Example:
+
+    >>> matrix, layout = prepare([ops.ones([3]), ops.ones([100])])
+    >>> tuple(matrix.shape), layout.count
+    ((4, 64), 2)
+    """
+    dtype = compute_dtype(tensors)
+    sizes = [backend.num_elements(t) for t in tensors]
     if None in sizes:
-        layout = dynamic_layout([tf.size(t) for t in tensors])
-    else:
-        layout = static_layout(sizes)
-    dtype = tf.float64 if any(t.dtype == tf.float64 for t in tensors) else tf.float32
-    nan, parts = tf.constant(float("nan"), dtype), []
-    for i, t in enumerate(tensors):
-        # Constants, not tf.pad: XLA then concatenates with plain copies.
-        pad = layout.pads[i]
-        pad = int(pad) if isinstance(pad, np.integer) else pad
-        parts += [tf.reshape(tf.cast(t, dtype), [-1]), tf.fill([pad], nan)]
-    parts.append(tf.fill([layout.block], nan))
-    return tf.reshape(tf.concat(parts, 0), [-1, layout.block]), layout
+        return backend.dynamic_matrix(tensors, dtype)
+    layout = static_layout(sizes)
+    nan, parts = ops.convert_to_tensor(float("nan"), dtype), []
+    for t, pad in zip(tensors, layout.pads):
+        # Constants, not a pad op: XLA then concatenates with plain copies.
+        padding = ops.broadcast_to(nan, [int(pad)])
+        parts += [ops.reshape(ops.cast(t, dtype), [-1]), padding]
+    parts.append(ops.broadcast_to(nan, [layout.block]))
+    return ops.reshape(ops.concatenate(parts, 0), [-1, layout.block]), layout
 
 
 def by_layout(
-    tensors: Sequence[tf.Tensor | tf.IndexedSlices],
-    compute: Callable[[tf.Tensor, Layout], tuple[tf.Tensor, ...]],
-) -> tuple[tf.Tensor, ...]:
+    tensors: Sequence[Any],
+    compute: Callable[[Tensor, Layout], tuple[Tensor, ...]],
+) -> tuple[Tensor, ...]:
     """`compute(matrix, layout)` of the tensors of static size together and
     of the others together, rows back in the order of `tensors`.
 
@@ -101,13 +105,30 @@ def by_layout(
             least one.
         compute: Returns tensors whose row `i` belongs to tensor `i` of the
             layout.
+
+    Example:
+
+    >>> [sizes] = by_layout([ops.ones([3])], lambda x, layout: (layout.sizes,))
+    >>> sizes.tolist()
+    [3]
     """
     dense = [densify(t) for t in tensors]
-    known = [t.shape.num_elements() is not None for t in dense]
+    known = [backend.num_elements(t) is not None for t in dense]
     groups = [[i for i, k in enumerate(known) if k == want] for want in (True, False)]
     groups = [g for g in groups if g]
     results = [compute(*prepare([dense[i] for i in g])) for g in groups]
     if len(results) == 1:
         return results[0]
     order = np.argsort(np.concatenate(groups)).astype("i4")
-    return tuple(tf.gather(tf.concat(parts, 0), order) for parts in zip(*results))
+    return tuple(
+        ops.take(ops.concatenate(parts, 0), order, 0) for parts in zip(*results)
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """`dynamic_layout`, TensorFlow's, imported from its backend on first use."""
+    if name == "dynamic_layout":
+        from keras_gradmon.backend import tensorflow
+
+        return tensorflow.dynamic_layout
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,14 +4,16 @@ from their own norms."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-import tensorflow as tf
+from keras import backend as keras_backend
+from keras import ops
 
-from keras_gradmon.graph import gate
-from keras_gradmon.stats.layout import densify
+from keras_gradmon import backend
+from keras_gradmon.backend import Tensor
 
 
-def combine_norms(norms: tf.Tensor) -> tf.Tensor:
+def combine_norms(norms: Any) -> Tensor:
     """L2 norm of the concatenation of tensors, given each tensor's L2 norm.
 
     This is sqrt(sum of squares) of every element, never a sum of norms.
@@ -26,59 +28,70 @@ def combine_norms(norms: tf.Tensor) -> tf.Tensor:
 
     Example:
 
-    >>> float(combine_norms(tf.constant([3.0, 4.0])))
+    >>> import numpy as np
+    >>> float(combine_norms(np.array([3.0, 4.0], "f4")))
     5.0
     """
-    norms = tf.convert_to_tensor(norms)
-    largest = tf.maximum(tf.reduce_max(norms), tf.zeros([], norms.dtype))
-    scale = tf.where(largest > 0, largest, tf.ones_like(largest))
-    return scale * tf.sqrt(tf.reduce_sum(tf.square(norms / scale)))
+    norms = ops.convert_to_tensor(norms)
+    largest = ops.max(norms, initial=0.0)
+    scale = ops.where(largest > 0, largest, ops.ones_like(largest))
+    return scale * ops.sqrt(ops.sum(ops.square(norms / scale)))
 
 
-def batched_global_norm(
-    tensors: Sequence[tf.Tensor | tf.IndexedSlices | None],
-) -> tuple[tf.Tensor, tf.Tensor]:
+def _same_dtype(values: list) -> list:
+    """`values` cast to float32 (float64 if any is) unless already all float32
+    or all float64."""
+    dtypes = {keras_backend.standardize_dtype(v.dtype) for v in values}
+    if len(dtypes) > 1 or dtypes - {"float32", "float64"}:
+        wide = "float64" if "float64" in dtypes else "float32"
+        values = [ops.cast(v, wide) for v in values]
+    return values
+
+
+def batched_global_norm(tensors: Sequence[Any]) -> tuple[Tensor, Tensor]:
     """The L2 norm of all elements together, safe from overflow.
 
-    Usually `tf.linalg.global_norm(tensors)` bit for bit, None skipped; a
-    `tf.IndexedSlices` counts as its dense tensor, duplicate indices summed
-    (`tf.linalg.global_norm` would count its values: another number when an
-    index repeats); if that is not finite, one conditional recomputes it
-    scaled, in float64 (finite float32 tensors can have a norm above
-    float32's max). Shapes may be known only at run time.
+    Usually the framework's own global norm (`tf.linalg.global_norm(tensors)`
+    bit for bit on TensorFlow), None skipped; a `tf.IndexedSlices` counts as
+    its dense tensor, duplicate indices summed (`tf.linalg.global_norm`
+    would count its values: another number when an index repeats); if that
+    is not finite, one conditional recomputes it scaled, in float64 (finite
+    float32 tensors can have a norm above float32's max; on JAX without
+    `jax_enable_x64`, in float32: such a norm is then inf). Shapes may be
+    known only at run time (TensorFlow).
 
     Args:
         tensors: Floating tensors; if of several or half-precision dtypes,
             cast to float32 (float64 if any is) first.
 
     Returns:
-        `(norm, all_finite)`: a float64 scalar (cast to float32, the value of
-        `tf.linalg.global_norm`, also when NaN or Inf) and whether every
-        element is finite.
+        `(norm, all_finite)`: a float64 scalar (`backend.wide_float()`; the
+        value of the framework's global norm cast, also when NaN or Inf) and
+        whether every element is finite.
 
     Example:
 
-    >>> norm, finite = batched_global_norm([tf.constant([3e38, 3e38])])
-    >>> round(float(norm) / 1e38, 4), bool(finite)  # above float32's max
-    (4.2426, True)
+    >>> import numpy as np
+    >>> norm, finite = batched_global_norm([np.array([3e30, 4e30], "f4")])
+    >>> round(float(norm) / 1e30, 4), bool(finite)  # squares above float32's max
+    (5.0, True)
     """
-    values = [densify(t) for t in tensors if t is not None]
+    values = [backend.densify(t) for t in tensors if t is not None]
+    wide = backend.wide_float()
     if not values:
-        return tf.constant(0.0, tf.float64), tf.constant(True)
-    dtypes = {v.dtype for v in values}
-    if len(dtypes) > 1 or dtypes - {tf.float32, tf.float64}:
-        wide = tf.float64 if tf.float64 in dtypes else tf.float32
-        values = [tf.cast(v, wide) for v in values]
-    fast = tf.linalg.global_norm(values)
+        return ops.convert_to_tensor(0.0, wide), ops.convert_to_tensor(True)
+    values = _same_dtype(values)
+    fast = backend.global_norm(values)
 
-    def rescue() -> tuple[tf.Tensor, tf.Tensor]:
-        flat = tf.cast(tf.concat([tf.reshape(v, [-1]) for v in values], 0), tf.float64)
-        finite = tf.math.is_finite(flat)
-        largest = tf.reduce_max(tf.where(finite, tf.abs(flat), 0.0))
-        scale = tf.where(largest > 0, largest, 1.0)
-        norm = scale * tf.sqrt(tf.reduce_sum(tf.square(flat / scale)))
-        all_finite = tf.reduce_all(finite)
-        return tf.where(all_finite, norm, tf.cast(fast, tf.float64)), all_finite
+    def rescue() -> tuple[Tensor, Tensor]:
+        parts = [ops.reshape(v, [-1]) for v in values]
+        flat = ops.cast(ops.concatenate(parts, 0), wide)
+        finite = ops.isfinite(flat)
+        largest = ops.max(ops.where(finite, ops.abs(flat), 0.0), initial=0.0)
+        scale = ops.where(largest > 0, largest, 1.0)
+        norm = scale * ops.sqrt(ops.sum(ops.square(flat / scale)))
+        all_finite = ops.all(finite)
+        return ops.where(all_finite, norm, ops.cast(fast, wide)), all_finite
 
-    exact = (tf.cast(fast, tf.float64), tf.constant(True))
-    return gate(tf.math.is_finite(fast), lambda: exact, rescue)
+    exact = (ops.cast(fast, wide), ops.convert_to_tensor(True))
+    return backend.cond(ops.isfinite(fast), lambda: exact, rescue)
