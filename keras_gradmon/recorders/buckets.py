@@ -41,13 +41,31 @@ def histogram_rows_graph(counts: tf.Tensor, value_range: tf.Tensor) -> tf.Tensor
     array([[0. , 0.5, 1. ],
            [0.5, 1. , 2. ]])
     """
+    return batched_histogram_rows_graph(counts[None], value_range[None])[0]
+
+
+def batched_histogram_rows_graph(
+    counts: tf.Tensor, value_ranges: tf.Tensor
+) -> tf.Tensor:
+    """`[n, k, 3]` float64 rows of `n` histograms at once, from `[n, k]`
+    bucket counts and `[n, 2]` value ranges (each as `histogram_rows`).
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> rows = batched_histogram_rows_graph(
+    ...     tf.constant([[1, 2]]), tf.constant([[0.0, 1.0]]))
+    >>> rows.numpy()[0, :, 1].tolist()
+    [0.5, 1.0]
+    """
     import tensorflow as tf
 
-    k = int(counts.shape[0])
-    value_range = tf.cast(value_range, tf.float64)
-    finite = tf.reduce_all(tf.math.is_finite(value_range))
-    value_range = tf.where(finite, value_range, tf.zeros_like(value_range))
-    low, high = value_range[0], value_range[1]
+    k = int(counts.shape[1])
+    value_ranges = tf.cast(value_ranges, tf.float64)
+    finite = tf.reduce_all(tf.math.is_finite(value_ranges), axis=1, keepdims=True)
+    value_ranges = tf.where(finite, value_ranges, tf.zeros_like(value_ranges))
+    low, high = value_ranges[:, :1], value_ranges[:, 1:]
     edges = low + (high - low) * tf.range(k + 1, dtype=tf.float64) / k
-    edges = tf.concat([edges[:-1], [high]], 0)
-    return tf.stack([edges[:-1], edges[1:], tf.cast(counts, tf.float64)], axis=1)
+    edges = tf.concat([edges[:, :-1], high], 1)
+    counts = tf.cast(counts, tf.float64)
+    return tf.stack([edges[:, :-1], edges[:, 1:], counts], axis=2)

@@ -12,14 +12,15 @@ from __future__ import annotations
 from collections.abc import Collection
 
 import tensorflow as tf
+from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from keras_gradmon.graph import in_xla_context, run_if
 from keras_gradmon.measurement import Due
 from keras_gradmon.monitor import GradientMonitor
-from keras_gradmon.recorders import claims
-from keras_gradmon.recorders.buckets import histogram_rows_graph
+from keras_gradmon.recorders import claims, packed
+from keras_gradmon.recorders.buckets import batched_histogram_rows_graph
 
 
 def default_writer() -> object | None:
@@ -45,25 +46,10 @@ def summaries_enabled() -> bool:
 
 _SCALAR_METADATA = scalar_metadata.create_summary_metadata(
     display_name="", description=""
-).SerializeToString()
-
-
-def _write(tag: str, value: tf.Tensor, step: tf.Tensor, metadata: bytes) -> None:
-    """`tf.summary.write` without its own conditional: the callers test the
-    recording condition once (`tf.summary.write` builds a `tf.cond` per
-    summary, evaluating `should_record_summaries()` each time: 10 ms of
-    tracing and a Switch/Merge per summary at every step)."""
-    from tensorflow.python.ops import gen_summary_ops
-
-    with tf.device("cpu:0"):
-        gen_summary_ops.write_summary(
-            default_writer()._resource, step, tf.identity(value), tag, metadata
-        )
-
-
-def write_scalar(name: str, value: tf.Tensor, step: tf.Tensor) -> None:
-    """`tf.summary.scalar` under exactly the tag `name` (no name scope prefix)."""
-    _write(name, tf.cast(value, tf.float32), step, _SCALAR_METADATA)
+)
+_HISTOGRAM_METADATA = histogram_metadata.create_summary_metadata(
+    display_name="", description=""
+)
 
 
 def _recording() -> tf.Tensor | bool:
@@ -78,6 +64,13 @@ def _recording() -> tf.Tensor | bool:
         state.is_recording_distribution_strategy is True
     ):
         return True
+    replica = tf.distribute.get_replica_context()
+    if replica is not None and replica.num_replicas_in_sync > 1:
+        # tf.summary records on the first replica only; another one (on its
+        # own device) does not hold the writer.
+        index = tf.get_static_value(replica.replica_id_in_sync_group)
+        if index is not None and index != 0:
+            return False
     return tf.summary.should_record_summaries()
 
 
@@ -117,6 +110,8 @@ def write_recorded(
     step = tf.cast(step, tf.int64)
     present = set(present)
     recording = _recording()
+    if recording is False:
+        return
     for when, write in (
         (due.scalars, _write_scalars),
         (due.histograms, _write_histograms),
@@ -129,32 +124,37 @@ def write_recorded(
 
 
 def _write_scalars(monitor: GradientMonitor, step: tf.Tensor, present: set) -> None:
-    flat = monitor.state.latest_values()
-    for entry in monitor.tags.graph_scalars(present):
-        value = flat[entry.index]
-        if entry.optional:  # written only while finite, as on the host
-
-            def write(name: str = entry.tag, value: tf.Tensor = value) -> None:
-                write_scalar(name, value, step)
-
-            run_if(tf.math.is_finite(value), write)
-        else:
-            write_scalar(entry.tag, value, step)
+    """Every scalar tag of the step in one write (`recorders.packed`); the
+    optional ones only while finite, as on the host."""
+    entries = monitor.tags.graph_scalars(present)
+    if not entries:
+        return
+    tensor = packed.tensor_head(types_pb2.DT_FLOAT, [], 4)
+    heads = [packed.value_head(e.tag, _SCALAR_METADATA, tensor, 4) for e in entries]
+    values = tf.gather(monitor.state.latest_values(), [e.index for e in entries])
+    optional = tf.constant([e.optional for e in entries])
+    keep = tf.logical_or(tf.logical_not(optional), tf.math.is_finite(values))
+    summary = packed.packed_summary(heads, values, keep)
+    packed.write_packed(default_writer(), step, summary)
 
 
 def _write_histograms(monitor: GradientMonitor, step: tf.Tensor, present: set) -> None:
-    metadata = histogram_metadata.create_summary_metadata(
-        display_name="", description=""
-    ).SerializeToString()
-    counts, ranges = monitor.state.latest_histograms()
-    rows = len(monitor.paths)
+    """Every histogram of the step (`[k, 3]` float64 rows) in one write."""
+    rows, entries = len(monitor.paths), []
     for entry in monitor.tags.histograms:
-        if entry.kind == "grad" and entry.row not in present:
-            continue
-        row = entry.row + (rows if entry.kind == "weight" else 0)
-        _write(
-            entry.tag,
-            histogram_rows_graph(counts[row], ranges[row, :2]),
-            step,
-            metadata,
-        )
+        if entry.kind == "weight" or entry.row in present:
+            entries.append((entry, entry.row + (rows if entry.kind == "weight" else 0)))
+    if not entries:
+        return
+    counts, ranges = monitor.state.latest_histograms()
+    picked = [row for _, row in entries]
+    values = batched_histogram_rows_graph(
+        tf.gather(counts, picked), tf.gather(ranges, picked)[:, :2]
+    )
+    k = int(values.shape[1])
+    tensor = packed.tensor_head(types_pb2.DT_DOUBLE, [k, 3], 24 * k)
+    heads = [
+        packed.value_head(e.tag, _HISTOGRAM_METADATA, tensor, 24 * k)
+        for e, _ in entries
+    ]
+    packed.write_packed(default_writer(), step, packed.packed_summary(heads, values))

@@ -149,7 +149,7 @@ def test_overestimation_alert_reaches_the_report(tmp_path, capsys):
     code = main(["report", str(tmp_path), "--no-plots", "--fail-on", "warning"])
     out = capsys.readouterr().out
     assert code == EXIT_ALERTS
-    assert alert.message in out.split("== . [rl] ==")[1]
+    assert alert.message in out.split(f"== {tmp_path.name} [rl] ==")[1]
 
 
 def test_evaluation_returns_feed_the_return_collapse_rule(tmp_path):
