@@ -48,11 +48,23 @@ def _register_loaded(done: str | None = None) -> None:
     for library, adapter in _ADAPTERS.items():
         if library in _registered or not _imported(library, done):
             continue
+        if library == "keras" and not _keras_on_tensorflow():
+            continue  # the Keras 3 adapter is TensorFlow's (for now)
         # An incomplete install (or a half-imported TensorFlow) is not
         # `import keras_gradmon`'s error; `load_model` says what is missing.
         with contextlib.suppress(ImportError):
             importlib.import_module(adapter)
             _registered.add(library)
+
+
+def _keras_on_tensorflow() -> bool:
+    """Whether the imported Keras runs on TensorFlow (`KERAS_BACKEND`):
+    on another backend, registering would import TensorFlow for nothing."""
+    backend = getattr(sys.modules["keras"], "backend", None)
+    try:
+        return backend.backend() == "tensorflow"
+    except AttributeError:  # Keras half-imported: try at the next trigger
+        return False
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

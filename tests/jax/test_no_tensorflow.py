@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tests.jax.test_stats import _subprocess
 
 _COMPUTE = """
@@ -47,14 +45,12 @@ def test_statistics_without_tensorflow_installed():
 
 
 def test_statistics_do_not_import_tensorflow():
+    # `import keras_gradmon` and the statistics on JAX: TensorFlow is
+    # installed but never imported (if it were, the frames say who did).
     report = "\nprint(json.dumps([importers, 'tensorflow' in sys.modules]))"
-    out = _subprocess(["-c", _TRACED + _COMPUTE + report], "jax")
+    out = _subprocess(
+        ["-c", _TRACED + "import keras, keras_gradmon\n" + _COMPUTE + report], "jax"
+    )
     importers, imported = json.loads(out.splitlines()[-1])
-    # The innermost of the library's frames is the one that imported it.
     ours = [f.replace("\\", "/") for f in importers if "keras_gradmon" in f]
-    culprit = ours[-1] if ours else None
-    assert not imported or culprit, importers
-    kernel = ("keras_gradmon/stats/", "keras_gradmon/backend/")
-    assert not imported or not any(k in culprit for k in kernel), culprit
-    if imported:
-        pytest.xfail(f"TensorFlow imported outside the kernel, by {culprit}")
+    assert not imported, ours or importers
