@@ -156,8 +156,8 @@ class GradientMonitor:
         step = tf.cast(step, tf.int64)
         by_row = {i: g for g, i in zip(grads, indices) if g is not None}
         allowed = True if applied is None else applied
-        scalars = self._predicate(self.schedule, step, allowed)
-        histograms = self._predicate(self.histogram_schedule, step, allowed)
+        scalars = self.schedule.gate(step, allowed)
+        histograms = self.histogram_schedule.gate(step, allowed)
 
         def record_scalars() -> None:
             self._record_statistics(step, by_row, clip, loss_scale)
@@ -190,18 +190,6 @@ class GradientMonitor:
         handed_on = list(grads) if outcome is None else outcome.grads
         return Processed(handed_on, verdict, due)
 
-    @staticmethod
-    def _predicate(
-        schedule: Schedule, step: tf.Tensor, allowed: tf.Tensor | bool
-    ) -> tf.Tensor | bool:
-        """What gates `schedule` at `step` (True: ungated; False: never)."""
-        if schedule.never:
-            return False
-        if schedule.always:
-            return allowed
-        due = schedule.due(step)
-        return due if allowed is True else tf.logical_and(due, allowed)
-
     def _weights(self) -> dict[int, tf.Tensor] | None:
         if not self.layout.weights:
             return None
@@ -220,9 +208,13 @@ class GradientMonitor:
             loss_scale=_NAN if loss_scale is None else loss_scale,
         )
         measurement = scalar_measurement(
-            grads, self._weights(), len(self.variables), self.config.statistics,
-            list(self.group_members.values()), extra,
-        )  # fmt: skip
+            grads,
+            self._weights(),
+            len(self.variables),
+            self.config.statistics,
+            list(self.group_members.values()),
+            extra,
+        )
         self.state.record(step, measurement)
 
     def _clip_totals(self, clip: ClipOutcome | None) -> dict[str, Any]:
@@ -230,9 +222,11 @@ class GradientMonitor:
         nan = tf.constant(_NAN)
         if clip is None:
             return dict(
-                clip_pre_norm=nan, clip_post_norm=nan, clip_scale=nan,
+                clip_pre_norm=nan,
+                clip_post_norm=nan,
+                clip_scale=nan,
                 clip_fraction=nan,
-            )  # fmt: skip
+            )
         pre, post = clip.pre_norm, clip.post_norm
         scale = tf.where(tf.equal(pre, 0.0), 1.0, post / pre)
         fraction = nan
@@ -241,9 +235,11 @@ class GradientMonitor:
             fraction = counts[1] / tf.maximum(counts[0], 1.0)
             self.state.clip_counts.assign(tf.zeros([2], tf.int64))
         return dict(
-            clip_pre_norm=pre, clip_post_norm=post, clip_scale=scale,
+            clip_pre_norm=pre,
+            clip_post_norm=post,
+            clip_scale=scale,
             clip_fraction=fraction,
-        )  # fmt: skip
+        )
 
     def _record_histograms(self, step: tf.Tensor, grads: dict[int, Any]) -> None:
         measurement = histogram_measurement(
@@ -290,9 +286,12 @@ class GradientMonitor:
     def scalar_values(self, step: Any, values: Any) -> Snapshot:
         """A `Snapshot` of captured `(step, values)`."""
         return Snapshot(
-            int(step), tuple(self.paths), tuple(self.group_members),
-            np.asarray(values), self.layout,
-        )  # fmt: skip
+            int(step),
+            tuple(self.paths),
+            tuple(self.group_members),
+            np.asarray(values),
+            self.layout,
+        )
 
 
 __all__ = ["ClipOutcome", "Due", "GradientMonitor", "Processed"]

@@ -161,6 +161,26 @@ class Schedule:
             return tf.reshape(tf.convert_to_tensor(result, tf.bool), [])
         return tf.equal(tf.math.floormod(step, self.frequency), 0)
 
+    def gate(self, step: Any, allowed: Any = True) -> Any:
+        """What gates a measurement of this schedule at the tensor `step`,
+        where `allowed` (a bool tensor, or True) also holds: a bool tensor,
+        or a Python bool when known while tracing (True: every step, no
+        conditional needed; False: never).
+
+        Example:
+
+        >>> Schedule(1).gate(object()), Schedule(None).gate(object())
+        (True, False)
+        """
+        import tensorflow as tf
+
+        if self.never:
+            return False
+        if self.always:
+            return allowed
+        due = self.due(step)
+        return due if allowed is True else tf.logical_and(due, allowed)
+
     def any_due(self, first: int, end: int) -> bool:
         """Whether any step in `[first, end)` is due (host side, no device).
 

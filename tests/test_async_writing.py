@@ -29,9 +29,13 @@ def test_every_recorded_step_lands(tmp_path):
     )
     model.compile(optimizer, LOSS, jit_compile=True)
     history = model.fit(
-        x, y, batch_size=16, epochs=2, verbose=0,
+        x,
+        y,
+        batch_size=16,
+        epochs=2,
+        verbose=0,
         callbacks=[GradientSummaryCallback(str(tmp_path))],
-    )  # fmt: skip
+    )
     events = load_events(str(tmp_path))
     norms = scalar_series(events, "grad_norm/global")
     assert sorted(norms) == list(range(80))
@@ -46,14 +50,21 @@ def test_skipped_steps_do_not_lose_summaries(tmp_path):
     x[16 * 5 : 16 * 6] = np.nan  # batches 5 and 17 (second epoch) are NaN
     model = mlp()
     optimizer = GradientMonitorOptimizer(
-        keras.optimizers.SGD(0.05), every_n_steps=2, skip_nonfinite=True,
+        keras.optimizers.SGD(0.05),
+        every_n_steps=2,
+        skip_nonfinite=True,
         histogram_every_n_steps=None,
-    )  # fmt: skip
+    )
     model.compile(optimizer, LOSS)
     model.fit(
-        x, y, batch_size=16, epochs=2, verbose=0, shuffle=False,
+        x,
+        y,
+        batch_size=16,
+        epochs=2,
+        verbose=0,
+        shuffle=False,
         callbacks=[GradientSummaryCallback(str(tmp_path))],
-    )  # fmt: skip
+    )
     final = int(optimizer.iterations)
     assert final == 60 - 2  # two steps skipped
     steps = scalar_series(load_events(str(tmp_path)), "grad_norm/global")
@@ -83,9 +94,12 @@ def test_steps_land_when_training_raises_and_the_process_exits(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
         timeout=300,
-    )  # fmt: skip
+    )
     assert result.returncode != 0 and "boom" in result.stderr
     steps = scalar_series(load_events(str(tmp_path)), "grad_norm/global")
     assert sorted(steps) == list(range(21))

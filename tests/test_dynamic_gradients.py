@@ -212,9 +212,12 @@ def test_weights_of_unknown_shape():
     values = np.array([[0.0, 1.5, -2.0], [4.0, 0.0, 0.25]], "float32")
     variable = tf.Variable(values, shape=tf.TensorShape(None), name="w")
     config = MonitorConfig(
-        every_n_steps=1, histogram_every_n_steps=1, histogram_buckets=5,
-        skip_nonfinite=True, clipping={"method": "global_norm", "max_norm": 1.0},
-    )  # fmt: skip
+        every_n_steps=1,
+        histogram_every_n_steps=1,
+        histogram_buckets=5,
+        skip_nonfinite=True,
+        clipping={"method": "global_norm", "max_norm": 1.0},
+    )
     monitor = GradientMonitor(config)
     monitor.build([variable], make_tf_variable)
 

@@ -123,10 +123,21 @@ class ActivationMonitor:
         forward: Callable[[Any], Any] | None = None,
     ) -> None:
         options = ActivationOptions(
-            data, layers, every_n_steps, histogram_buckets, std_band,
-            dead_fraction, rules, actions, log_dir, writer, jsonl_path,
-            cooldown_steps, max_per_rule, tag_scope,
-        )  # fmt: skip
+            data,
+            layers,
+            every_n_steps,
+            histogram_buckets,
+            std_band,
+            dead_fraction,
+            rules,
+            actions,
+            log_dir,
+            writer,
+            jsonl_path,
+            cooldown_steps,
+            max_per_rule,
+            tag_scope,
+        )
         self.every_n_steps = every_n_steps
         self.schedule = options.schedule()
         self.tag_scope = tag_scope

@@ -85,10 +85,21 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
         super().__init__()
         # Everything that can be checked without the model, checked now.
         self._options = ActivationOptions(
-            data, layers, every_n_steps, histogram_buckets, std_band,
-            dead_fraction, rules, actions, log_dir, writer, jsonl_path,
-            cooldown_steps, max_per_rule, tag_scope,
-        )  # fmt: skip
+            data,
+            layers,
+            every_n_steps,
+            histogram_buckets,
+            std_band,
+            dead_fraction,
+            rules,
+            actions,
+            log_dir,
+            writer,
+            jsonl_path,
+            cooldown_steps,
+            max_per_rule,
+            tag_scope,
+        )
         self.monitor: ActivationMonitor | None = None
         self._steps = StepTracker()
         self._previous: int | None = None

@@ -40,9 +40,12 @@ def test_policy_saved_model_loads_after_import(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
         timeout=300,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == str(expected.tolist())
 
