@@ -70,7 +70,10 @@ def _write_reference(path, step, counts, ranges):
         for tag, value in SCALARS.items():
             if tag in OPTIONAL and not np.isfinite(value):
                 continue
-            tf.summary.scalar(tag, tf.constant(value, tf.float32), step=step)
+            # A NumPy value: TensorFlow's cache of Python-float constants
+            # would hand back 0.0 for -0.0 once a test made 0.0.
+            data = tf.constant(np.array(value, np.float32))
+            tf.summary.scalar(tag, data, step=step)
         for i, tag in enumerate(("h/a", "h/b")):
             meta = histogram_metadata.create_summary_metadata("", "")
             rows = histogram_rows_graph(counts[i], ranges[i])
