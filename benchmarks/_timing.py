@@ -11,20 +11,26 @@ from collections.abc import Callable, Mapping, Sequence
 
 
 def interleaved_times(
-    units: Mapping[str, Callable[[], object]], reps: int
+    units: Mapping[str, Callable[[], object]],
+    reps: int,
+    cpu: dict[str, list[float]] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds per call of each unit, `reps` times, the units taking turns.
 
     Each repetition runs every unit once, in order, so slow drift of the
     machine (thermal, other processes) hits all units alike. Warm up (compile)
-    the units before calling this.
+    the units before calling this. `cpu`, if given, receives the CPU seconds
+    (`time.process_time`, all threads) of each call: wall time on a shared
+    machine is bimodal, CPU time much less so.
     """
     times: dict[str, list[float]] = {name: [] for name in units}
     for _ in range(reps):
         for name, unit in units.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             unit()
             times[name].append(time.perf_counter() - start)
+            if cpu is not None:
+                cpu.setdefault(name, []).append(time.process_time() - start_cpu)
     return times
 
 
@@ -32,6 +38,7 @@ def summarize(
     times: Mapping[str, Sequence[float]],
     baseline: str,
     targets: Mapping[str, float] | None = None,
+    cpu: Mapping[str, Sequence[float]] | None = None,
 ) -> list[dict]:
     """One row per unit: median and mean seconds, ratios to `baseline`.
 
@@ -43,9 +50,11 @@ def summarize(
     repetitions the median hides); `spread` the (min, max) over repetitions
     of unit / baseline in the same repetition. `ok` is whether the median
     ratio is within the unit's target (the issue's targets are medians of
-    interleaved repetitions), or None when it has no target.
+    interleaved repetitions), or None when it has no target. With `cpu`
+    (from `interleaved_times`), `cpu_ratio` is the median CPU-time ratio.
     """
     targets = targets or {}
+    cpu = cpu or {}
     base = times[baseline]
     base_median, base_mean = statistics.median(base), statistics.fmean(base)
     rows = []
@@ -66,6 +75,10 @@ def summarize(
                 "ok": None if target is None else ratio <= target,
             }
         )
+        if name in cpu and baseline in cpu:
+            rows[-1]["cpu_ratio"] = statistics.median(cpu[name]) / statistics.median(
+                cpu[baseline]
+            )
     return rows
 
 
@@ -74,7 +87,10 @@ def format_table(rows: Sequence[dict], markdown: bool = False) -> str:
     a "first_fit" key (the first call's seconds, compilation included) get
     that column and its ratio too."""
     compile_times = all("first_fit" in row for row in rows)
+    cpu = all("cpu_ratio" in row for row in rows)
     header = ["model", "variant", "min s/epoch", "min ratio", "median ratio"]
+    if cpu:
+        header += ["CPU ratio"]
     if not markdown:
         header += ["min-max", "mean ratio"]
     if compile_times:
@@ -91,6 +107,8 @@ def format_table(rows: Sequence[dict], markdown: bool = False) -> str:
             f"{row['min_ratio']:.2f}x",
             f"{row['ratio']:.2f}x",
         ]
+        if cpu:
+            cells += [f"{row['cpu_ratio']:.2f}x"]
         if not markdown:
             low, high = row["spread"]
             cells += [f"{low:.2f}-{high:.2f}", f"{row['mean_ratio']:.2f}x"]

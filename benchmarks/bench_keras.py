@@ -174,9 +174,9 @@ def bench_model(
         units[variant]()  # compiles
         first_fit[variant] = time.perf_counter() - start
         print(f"  {variant}: first fit {first_fit[variant]:.1f} s", flush=True)
-    rows = summarize(
-        interleaved_times(units, reps), "A", TARGETS if targets is None else targets
-    )
+    cpu: dict = {}
+    times = interleaved_times(units, reps, cpu)
+    rows = summarize(times, "A", TARGETS if targets is None else targets, cpu)
     for row in rows:
         row["first_fit"] = first_fit[row["name"]]
         row["first_fit_ratio"] = first_fit[row["name"]] / first_fit["A"]

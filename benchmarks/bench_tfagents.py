@@ -126,7 +126,9 @@ def main() -> None:
         with writers[name].as_default():
             for _ in range(20):
                 trains[name](exp)  # trace and warm up
-    rows = summarize(interleaved_times(units, args.reps), "plain", TARGETS)
+    cpu: dict = {}
+    times = interleaved_times(units, args.reps, cpu)
+    rows = summarize(times, "plain", TARGETS, cpu)
     rows = [{"model": "dqn", **row} for row in rows]
     print(format_table(rows))
     if args.markdown:

@@ -17,10 +17,18 @@ the in-graph writer gathers from the same indices.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from keras_gradmon.tag_parsing import (  # noqa: F401  (the parsing side)
+    GLOBAL,
+    ParsedTag,
+    monitor_scopes,
+    parse,
+    variable_statistic,
+)
 
 if TYPE_CHECKING:
     from keras_gradmon.config import MonitorConfig
@@ -30,7 +38,6 @@ if TYPE_CHECKING:
 # (No TensorFlow import at module level: the report parses tags with this
 # module and should start without loading TensorFlow.)
 
-GLOBAL = "global"
 
 #: `(tag statistic, tag subject, TOTALS field)` of the step-wide scalars, and
 #: when each is written: "always", "clip", "skip", "loss_scale", "weights".
@@ -57,70 +64,6 @@ def tag(statistic: str, subject: str, scope: str | None = None) -> str:
     'grad_norm/actor/global'
     """
     return f"{statistic}/{scope}/{subject}" if scope else f"{statistic}/{subject}"
-
-
-def variable_statistic(statistic: str) -> bool:
-    """Whether every subject of `statistic` is a variable path (per-variable
-    statistics other than the norm and the non-finite count, which have
-    global and group subjects too).
-
-    Example:
-
-    >>> variable_statistic("grad_std"), variable_statistic("grad_norm")
-    (True, False)
-    """
-    if statistic in ("grad_to_weight", "grad_hist", "weight_hist"):
-        return True
-    kind, _, name = statistic.partition("_")
-    return kind in ("grad", "weight") and name not in (
-        "",
-        "norm",
-        "nonfinite",
-        "missing",
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class ParsedTag:
-    """A tag split into its parts."""
-
-    statistic: str
-    scope: str | None
-    subject: str
-
-
-def parse(name: str, scopes: Collection[str] = ()) -> ParsedTag:
-    """Splits a tag into statistic, scope (one of `scopes`, or None) and
-    subject. Variable paths hold '/' too, so the scopes must be known.
-
-    Example:
-
-    >>> parse("grad_norm/actor/dense/kernel", scopes={"actor"})
-    ParsedTag(statistic='grad_norm', scope='actor', subject='dense/kernel')
-    >>> parse("grad_norm/dense/kernel").scope is None
-    True
-    """
-    statistic, _, rest = name.partition("/")
-    for scope in sorted(scopes, key=len, reverse=True):
-        if rest.startswith(f"{scope}/"):
-            return ParsedTag(statistic, scope, rest[len(scope) + 1 :])
-    return ParsedTag(statistic, None, rest)
-
-
-def monitor_scopes(names: Iterable[str]) -> set[str | None]:
-    """The scopes of the monitored optimizers whose tags are in `names`
-    (None: unscoped), found from their `grad_norm/[<scope>/]global` tags."""
-    found: set[str | None] = set()
-    for name in names:
-        statistic, _, rest = name.partition("/")
-        if statistic != "grad_norm" or not rest.endswith(GLOBAL):
-            continue
-        head = rest[: -len(GLOBAL)]
-        if head == "":
-            found.add(None)
-        elif head.endswith("/") and "/" not in head[:-1]:
-            found.add(head[:-1])
-    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +132,7 @@ class TagTable:
     ) -> None:
         self.scope = scope
         self.scalars = tuple(scalars)
+        self._picked: dict[frozenset, TagTable] = {}
         self.histograms = tuple(histograms)
         self._tags = np.array([s.tag for s in self.scalars], dtype=object)
         self._index = np.array([s.index for s in self.scalars], dtype=np.int64)
@@ -263,6 +207,17 @@ class TagTable:
         keep = ~self._needs_grad | np.asarray(present, bool)[self._row]
         keep &= ~self._optional | np.isfinite(picked)
         return dict(zip(self._tags[keep].tolist(), picked[keep].tolist()))
+
+    def values_of(
+        self, values: np.ndarray, present: np.ndarray, tags: Collection[str]
+    ) -> dict[str, float]:
+        """`scalar_values` of just `tags`, without building the others: a
+        few values for the training thread (Keras logs)."""
+        key = frozenset(tags)
+        if key not in self._picked:
+            wanted = [s for s in self.scalars if s.tag in key]
+            self._picked[key] = TagTable(wanted, (), self.scope)
+        return self._picked[key].scalar_values(values, present)
 
     def graph_scalars(self, present: Collection[int]) -> list[ScalarTag]:
         """The scalar tags to write from the graph when the variables in

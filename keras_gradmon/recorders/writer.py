@@ -150,7 +150,10 @@ class MonitorWriter:
         if entry is None:
             return
         snapshot = self.monitor.scalar_values(entry.step, *entry.payloads)
-        values = self.monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
+        wanted = {t for r in self.immediate for t in getattr(r, "keys", {}).values()}
+        values = self.monitor.tags.values_of(
+            snapshot.values, snapshot.has_grad, wanted
+        )
         for recorder in self.immediate:
             recorder.write_scalars(values, snapshot.step)
 
