@@ -118,6 +118,25 @@ class Processed:
     due: Due
 
 
+def statistics_matrices(
+    parts: Sequence[Mapping[int, tf.Tensor]], rows: int, names: Sequence[str]
+) -> list[tf.Tensor]:
+    """`statistics_matrix` of each of `parts` (the gradients, the weights),
+    all computed in one batched program: its size does not grow with the
+    number of tensors, so one call costs about half of two at trace and
+    run time."""
+    names = sorted({"norm", "nonfinite", *names}, key=STATISTICS.index)
+    orders = [sorted(part) for part in parts]
+    tensors = [part[i] for part, order in zip(parts, orders) for i in order]
+    computed = batched_statistics(tensors, names)
+    matrices, start = [], 0
+    for order in orders:
+        rows_of_part = computed[start : start + len(order)]
+        matrices.append(_placed_statistics(rows_of_part, order, rows))
+        start += len(order)
+    return matrices
+
+
 def statistics_matrix(
     tensors: Mapping[int, tf.Tensor], rows: int, names: Sequence[str]
 ) -> tf.Tensor:
@@ -127,9 +146,11 @@ def statistics_matrix(
     The norm and the non-finite count are always computed (they feed the
     group and global numbers); the other statistics only when in `names`.
     """
-    names = sorted({"norm", "nonfinite", *names}, key=STATISTICS.index)
-    order = sorted(tensors)
-    computed = batched_statistics([tensors[i] for i in order], names)
+    return statistics_matrices([tensors], rows, names)[0]
+
+
+def _placed_statistics(computed: tf.Tensor, order: list[int], rows: int) -> tf.Tensor:
+    """The computed rows of the tensors in `order`, each at its row."""
     present = tf.ones([len(order), 1])
     filled = tf.concat([computed, present], 1)
     if len(order) == rows:
@@ -173,12 +194,28 @@ def norm_ratio(grad: tf.Tensor, weight: tf.Tensor) -> tf.Tensor:
 
 
 def histogram_matrices(
-    tensors: Mapping[int, tf.Tensor], rows: int, buckets: int
+    parts: Sequence[Mapping[int, tf.Tensor]], rows: int, buckets: int
+) -> list[tuple[tf.Tensor, tf.Tensor]]:
+    """For each of `parts` (the gradients, the weights): `(counts [rows,
+    buckets], ranges [rows, 3])` of `part[i]` in row `i`, the last range
+    column 1 where row i has a tensor, else 0; all bucket counts computed in
+    one batched program."""
+    orders = [sorted(part) for part in parts]
+    tensors = [part[i] for part, order in zip(parts, orders) for i in order]
+    counts, ranges = batched_bucket_counts(tensors, buckets)
+    matrices, start = [], 0
+    for order in orders:
+        end = start + len(order)
+        part = _placed_histograms(counts[start:end], ranges[start:end], order, rows)
+        matrices.append(part)
+        start = end
+    return matrices
+
+
+def _placed_histograms(
+    counts: tf.Tensor, ranges: tf.Tensor, order: list[int], rows: int
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """`(counts [rows, buckets], ranges [rows, 3])` of `tensors[i]` in row
-    `i`; the last range column is 1 where row i has a tensor, else 0."""
-    order = sorted(tensors)
-    counts, ranges = batched_bucket_counts([tensors[i] for i in order], buckets)
+    buckets = int(counts.shape[1])
     ranges = tf.concat([ranges, tf.ones([len(order), 1])], 1)
     if len(order) == rows:
         return counts, ranges
@@ -209,12 +246,13 @@ def scalar_measurement(
         extra: The `Totals` that come from elsewhere: the clip numbers,
             `skipped_steps` and `loss_scale`.
     """
-    grad = statistics_matrix(grads, count, names)
+    parts = [grads] if weights is None else [grads, weights]
+    grad, *weight_part = statistics_matrices(parts, count, names)
     grad_total, grad_groups = combined_norms(grad, members)
     weight = ratio = None
     weight_total, weight_groups = tf.constant(0.0), tf.zeros_like(grad_groups)
     if weights is not None:
-        weight = statistics_matrix(weights, count, names)
+        [weight] = weight_part
         weight_total, weight_groups = combined_norms(weight, members)
         ratio = norm_ratio(grad, weight)
     totals = Totals(
@@ -235,8 +273,9 @@ def histogram_measurement(
     buckets: int,
 ) -> HistogramMeasurement:
     """The histogram bucket counts of one step (weights' too, if given)."""
-    counts, ranges = histogram_matrices(grads, count, buckets)
+    parts = [grads] if weights is None else [grads, weights]
+    (counts, ranges), *weight_part = histogram_matrices(parts, count, buckets)
     if weights is None:
         return HistogramMeasurement(counts, ranges)
-    weight_counts, weight_ranges = histogram_matrices(weights, count, buckets)
+    [(weight_counts, weight_ranges)] = weight_part
     return HistogramMeasurement(counts, ranges, weight_counts, weight_ranges[:, :2])
