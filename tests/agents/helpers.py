@@ -498,3 +498,18 @@ def case_batch(case: AgentCase, agent: Any, seed: int) -> Any:
         discount=tf.ones(outer),
         policy_info=policy_info,
     )
+
+
+def construct(case: Any, optimizers: dict, counter: tf.Variable) -> Any:
+    """`case`'s agent (an `AgentCase`), built with the given `optimizers` as
+    they are, and initialized."""
+    tf.keras.utils.set_random_seed(0)
+    agent = case.agent_class(
+        ts.time_step_spec(OBS),
+        case.actions,
+        **case.networks(False),
+        **optimizers,
+        train_step_counter=counter,
+    )
+    agent.initialize()
+    return agent

@@ -38,6 +38,7 @@ from tests.agents.helpers import (
     AgentCase,
     build_case_agent,
     case_batch,
+    construct,
 )
 from tests.reference import load_events, scalar_series
 
@@ -327,18 +328,6 @@ REFUSAL = [
 ]
 
 
-def _construct(case: AgentCase, optimizers: dict, counter: tf.Variable) -> Any:
-    """`case`'s agent, constructed with the given `optimizers` as they are."""
-    tf.keras.utils.set_random_seed(0)
-    agent = case.agent_class(
-        ts.time_step_spec(OBS),
-        case.actions,
-        **case.networks(False),
-        **optimizers,
-        train_step_counter=counter,
-    )
-    agent.initialize()
-    return agent
 
 
 @pytest.mark.parametrize("name, kind", REFUSAL)
@@ -349,7 +338,7 @@ def test_unnamed_wrappers_on_one_writer_get_distinct_scopes(name, kind, tmp_path
         argument: keras_gradmon.wrap(OPTIMIZER_KINDS[kind](), step=counter)
         for argument, _ in case.losses
     }
-    agent = _construct(case, optimizers, counter)
+    agent = construct(case, optimizers, counter)
     writer = _writer(tmp_path)
     with writer.as_default():
         agent.train(case_batch(case, agent, 0))
@@ -380,7 +369,7 @@ def test_named_wrappers_write_under_their_names(kind, tmp_path):
         )
         for argument, (name, _) in scopes.items()
     }
-    agent = _construct(case, optimizers, counter)
+    agent = construct(case, optimizers, counter)
     writer = _writer(tmp_path)
     _train(agent, [case_batch(case, agent, 0)], writer)
     writer.flush()

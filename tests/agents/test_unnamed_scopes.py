@@ -12,11 +12,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorboard.util import tensor_util
-from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common
 
 import keras_gradmon
-from tests.agents.helpers import AGENT_CASES, OBS, OPTIMIZER_KINDS, case_batch
+from tests.agents.helpers import (
+    AGENT_CASES,
+    OPTIMIZER_KINDS,
+    case_batch,
+    construct,
+)
 from tests.reference import load_events, scalar_series
 
 #: The scope of each optimizer argument, in the order the train step
@@ -52,16 +56,7 @@ def _agent(name: str, kind: str) -> tuple[Any, dict]:
         argument: keras_gradmon.wrap(OPTIMIZER_KINDS[kind](), step=counter, **LEAN)
         for argument, _ in case.losses
     }
-    tf.keras.utils.set_random_seed(0)
-    agent = case.agent_class(
-        ts.time_step_spec(OBS),
-        case.actions,
-        **case.networks(False),
-        **optimizers,
-        train_step_counter=counter,
-    )
-    agent.initialize()
-    return agent, optimizers
+    return construct(case, optimizers, counter), optimizers
 
 
 def _train(agents: list, log_dir: Any, steps: int = 2, graph: bool = True) -> None:

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 from keras import ops
 
 from keras_gradmon import stats
@@ -26,6 +25,7 @@ from tests.reference import (
     reference_histogram,
     reference_statistics,
 )
+from tests.strategies import arrays
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,13 +47,6 @@ def test_statistics_match_float64_reference(cases):
         assert_statistics_close(dict(zip(STATISTICS, row)), want)
 
 
-finite_floats = st.floats(-1e3, 1e3, width=32, allow_subnormal=False)
-special = st.sampled_from([0.0, float("nan"), float("inf"), float("-inf")])
-arrays = hnp.arrays(
-    np.float32,
-    hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=9),
-    elements=st.one_of(finite_floats, finite_floats, special),
-)
 
 
 @settings(max_examples=15, deadline=None)

@@ -5,7 +5,6 @@ import pytest
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
 from keras_gradmon import stats
 from keras_gradmon.stats import STATISTICS, bucket_counts, stack_statistics
@@ -18,14 +17,8 @@ from tests.reference import (
     hard_cases,
     reference_statistics,
 )
+from tests.strategies import arrays
 
-finite_floats = st.floats(-1e3, 1e3, width=32, allow_subnormal=False)
-special = st.sampled_from([0.0, float("nan"), float("inf"), float("-inf")])
-arrays = hnp.arrays(
-    np.float32,
-    hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=9),
-    elements=st.one_of(finite_floats, finite_floats, special),
-)
 # Squares that overflow float32 (1e30, 3e38) or underflow (1e-30), and a
 # mean far above the spread (values of 1e4 + small).
 scales = st.sampled_from([1.0, 1e30, 1e-30, 1e36, 1e-3])
