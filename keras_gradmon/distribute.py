@@ -19,6 +19,7 @@ the replicas returns the first copy.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -191,6 +192,11 @@ def variable_strategy(variable: Any) -> tf.distribute.Strategy | None:
     return strategy if isinstance(strategy, tf.distribute.Strategy) else None
 
 
+def _keras_backend() -> str | None:
+    keras = sys.modules.get("keras")
+    return None if keras is None else keras.backend.backend()
+
+
 def writes_summaries(variable: Any) -> bool:
     """Whether this process writes the summaries of a monitor holding
     `variable`: always, except on the non-chief workers of a multi-worker
@@ -201,5 +207,7 @@ def writes_summaries(variable: Any) -> bool:
     >>> writes_summaries(tf.Variable(0.0))
     True
     """
+    if not isinstance(variable, tf.Variable) and _keras_backend() != "tensorflow":
+        return True  # a variable of another backend: no strategy holds it
     strategy = variable_strategy(variable)
     return strategy is None or bool(strategy.extended.should_save_summary)

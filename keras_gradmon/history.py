@@ -25,9 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
-
-from keras_gradmon.reading import Reader
+from keras import ops
 
 NO_STEP = -1
 
@@ -36,12 +34,17 @@ class Ring:
     """`capacity` rows of one or more payloads, with the step of each row
     and the number of rows pushed so far, as state variables.
 
+    Inside the step the ring is pure: `push` maps the state values (a dict
+    keyed by variable name) to new ones, which the caller writes back
+    (`backend.update_if`).
+
     Args:
         make_variable: Creates one variable: `(name, shape, dtype, initial)`.
         prefix: Names the variables (`<prefix>_count`, `<prefix>_steps`,
             `<prefix>_<payload>`).
         capacity: How many rows are kept.
         payloads: `(name, row shape, dtype)` of each payload.
+        reader: Captures variables on the host (`MonitorState.capture`).
     """
 
     def __init__(
@@ -50,49 +53,59 @@ class Ring:
         prefix: str,
         capacity: int,
         payloads: Sequence[tuple[str, tuple[int, ...], str]],
+        reader: Callable[[list], Sequence[Any]],
     ) -> None:
         self.capacity = capacity
-        self.count = make_variable(f"{prefix}_count", (), "int64", 0)
-        self.steps = make_variable(f"{prefix}_steps", (capacity,), "int64", NO_STEP)
+        self.reader = reader
+        self.count_key, self.steps_key = f"{prefix}_count", f"{prefix}_steps"
+        self.payload_keys = [f"{prefix}_{name}" for name, _, _ in payloads]
+        self.count = make_variable(self.count_key, (), "int64", 0)
+        self.steps = make_variable(self.steps_key, (capacity,), "int64", NO_STEP)
         self.payloads = [
-            make_variable(f"{prefix}_{name}", (capacity, *shape), dtype, 0)
-            for name, shape, dtype in payloads
+            make_variable(key, (capacity, *shape), dtype, 0)
+            for key, (_, shape, dtype) in zip(self.payload_keys, payloads)
         ]
-        self._readers = [Reader(v) for v in (self.count, self.steps, *self.payloads)]
 
-    # Inside the step -------------------------------------------------------
+    @property
+    def variables(self) -> dict[str, Any]:
+        """`{name: variable}` of the count, the steps and the payloads."""
+        keys = [self.count_key, self.steps_key, *self.payload_keys]
+        return dict(zip(keys, [self.count, self.steps, *self.payloads]))
 
-    def push(self, step: tf.Tensor, rows: Sequence[tf.Tensor]) -> None:
-        """Writes one row of each payload, and its step, over the oldest."""
-        count = tf.convert_to_tensor(self.count)
-        slot = tf.reshape(tf.math.floormod(count, self.capacity), [1, 1])
-        for variable, row in zip(self.payloads, rows):
-            _assign_row(variable, slot, row)
-        _assign_row(self.steps, slot, tf.cast(step, tf.int64))
-        self.count.assign(count + 1)
+    # Inside the step (pure) ------------------------------------------------
 
-    def latest(self) -> list[tf.Tensor]:
-        """The newest row of each payload, as graph tensors."""
-        count = tf.convert_to_tensor(self.count)
-        slot = tf.math.floormod(count - 1, self.capacity)
-        return [tf.convert_to_tensor(v)[slot] for v in self.payloads]
+    def push(self, values: dict, step: Any, rows: Sequence[Any]) -> dict:
+        """`values` with one row of each payload, and its step, written over
+        the oldest, and the count advanced."""
+        count = values[self.count_key]
+        slot = ops.reshape(ops.mod(count, self.capacity), [1, 1])
+        out = dict(values)
+        for key, row in zip(self.payload_keys, rows):
+            out[key] = _put_row(values[key], slot, row)
+        out[self.steps_key] = _put_row(values[self.steps_key], slot, step)
+        out[self.count_key] = count + 1
+        return out
+
+    def latest(self, values: dict) -> list[Any]:
+        """The newest row of each payload of the state `values`."""
+        slot = ops.mod(values[self.count_key] - 1, self.capacity)
+        return [ops.take(values[key], slot, axis=0) for key in self.payload_keys]
 
     # Host side -------------------------------------------------------------
 
-    def capture(self) -> tuple[tf.Tensor, ...]:
-        """`(count, steps, *payloads)` as tensors, without waiting for them:
-        raw variable reads, cheap enough for the training thread."""
-        return tuple(read() for read in self._readers)
+    def capture(self) -> Sequence[Any]:
+        """`(count, steps, *payloads)` as array-likes, without waiting for
+        them: cheap enough for the training thread."""
+        return self.reader(list(self.variables.values()))
 
     def read_count(self) -> int:
         """How many rows were pushed so far (one host read)."""
-        return int(self._readers[0]())
+        return int(np.asarray(self.reader([self.count])[0]))
 
 
-def _assign_row(variable: Any, slot: tf.Tensor, row: tf.Tensor) -> None:
-    current = tf.convert_to_tensor(variable)
-    row = tf.cast(row, current.dtype)[tf.newaxis]
-    variable.assign(tf.tensor_scatter_nd_update(current, slot, row))
+def _put_row(current: Any, slot: Any, row: Any) -> Any:
+    row = ops.expand_dims(ops.cast(row, current.dtype), 0)
+    return ops.scatter_update(current, slot, row)
 
 
 @dataclasses.dataclass(frozen=True)

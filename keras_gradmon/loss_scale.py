@@ -14,9 +14,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import tensorflow as tf
+from keras import ops
 
-from keras_gradmon.clipping.base import compute_dtype
+from keras_gradmon import backend
+
+
+def _wide(dtype: Any) -> str:
+    """float64 for float64 gradients, else float32 (half precision widened)."""
+    import keras
+
+    return (
+        "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
+    )
 
 
 def is_loss_scaler(optimizer: Any) -> bool:
@@ -32,11 +41,12 @@ def is_loss_scaler(optimizer: Any) -> bool:
     )
 
 
-def current_scale(optimizer: Any) -> tf.Tensor | None:
+def current_scale(optimizer: Any, values: Any = None) -> Any:
     """The factor the gradients handed to `optimizer` carry, or None for 1.
 
     A `LossScaleOptimizer`'s dynamic scale, or a plain optimizer's static
-    `loss_scale_factor`.
+    `loss_scale_factor`. `values` maps a variable to its value where the
+    variables do not hold it (JAX's `stateless_apply`).
 
     Example:
 
@@ -45,19 +55,22 @@ def current_scale(optimizer: Any) -> tf.Tensor | None:
     8.0
     """
     if is_loss_scaler(optimizer):
-        return tf.convert_to_tensor(optimizer.dynamic_scale, tf.float32)
+        scale = optimizer.dynamic_scale
+        scale = scale if values is None else values(scale)
+        return ops.cast(ops.convert_to_tensor(scale), "float32")
     factor = getattr(optimizer, "loss_scale_factor", None)
-    return None if factor is None else tf.constant(float(factor), tf.float32)
+    return None if factor is None else ops.convert_to_tensor(float(factor), "float32")
 
 
-def unscale(grads: Sequence[Any], scale: tf.Tensor | None) -> list[Any]:
+def unscale(grads: Sequence[Any], scale: Any) -> list[Any]:
     """`grads / scale`, computed in float32 (float64 for float64 gradients).
 
     Example:
 
-    >>> [g] = unscale([tf.constant([8.0], tf.float16)], tf.constant(4.0))
-    >>> g.dtype.name, g.numpy().tolist()
-    ('float32', [2.0])
+    >>> import numpy as np
+    >>> [g] = unscale([np.array([8.0], "float16")], ops.convert_to_tensor(4.0))
+    >>> ops.convert_to_numpy(g).tolist()
+    [2.0]
     """
     if scale is None:
         return list(grads)
@@ -66,25 +79,23 @@ def unscale(grads: Sequence[Any], scale: tf.Tensor | None) -> list[Any]:
         if g is None:
             out.append(None)
             continue
-        g = tf.convert_to_tensor(g)
-        dtype = compute_dtype(g.dtype)
-        out.append(tf.cast(g, dtype) / tf.cast(scale, dtype))
+        g = backend.densify(g)
+        dtype = _wide(g.dtype)
+        out.append(ops.cast(g, dtype) / ops.cast(scale, dtype))
     return out
 
 
-def rescale(
-    grads: Sequence[Any], scale: tf.Tensor | None, like: Sequence[Any]
-) -> list[Any]:
+def rescale(grads: Sequence[Any], scale: Any, like: Sequence[Any]) -> list[Any]:
     """The inverse of `unscale`: `grads * scale`, in the dtypes of `like`."""
     if scale is None:
-        return [g if g is None else tf.cast(g, r.dtype) for g, r in zip(grads, like)]
+        return [g if g is None else ops.cast(g, r.dtype) for g, r in zip(grads, like)]
     return [
-        None if g is None else tf.cast(g * tf.cast(scale, g.dtype), r.dtype)
+        None if g is None else ops.cast(g * ops.cast(scale, g.dtype), r.dtype)
         for g, r in zip(grads, like)
     ]
 
 
-def will_apply(optimizer: Any, grads: Sequence[Any]) -> tf.Tensor | None:
+def will_apply(optimizer: Any, grads: Sequence[Any]) -> Any:
     """Whether a `LossScaleOptimizer` will apply `grads` (all finite), by its
     own test; None for other optimizers (they apply every step)."""
     if not is_loss_scaler(optimizer):

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import tensorflow as tf
+from keras import ops
 
 from keras_gradmon.schema import STATISTICS, TOTALS
 from keras_gradmon.stats import (
@@ -22,25 +22,32 @@ from keras_gradmon.stats import (
 
 _NAN = float("nan")
 
+#: A tensor of the Keras backend.
+Tensor = Any
+
+
+def _zero() -> Tensor:
+    return ops.zeros(())
+
 
 @dataclasses.dataclass(frozen=True)
 class Totals:
     """The step-wide scalars (see `TOTALS`), float32 scalar tensors."""
 
-    grad_norm: tf.Tensor
-    weight_norm: tf.Tensor
-    grad_nonfinite: tf.Tensor
-    grad_missing: tf.Tensor
-    clip_pre_norm: tf.Tensor
-    clip_post_norm: tf.Tensor
-    clip_scale: tf.Tensor
-    clip_fraction: tf.Tensor
-    skipped_steps: tf.Tensor
-    loss_scale: tf.Tensor
+    grad_norm: Tensor
+    weight_norm: Tensor
+    grad_nonfinite: Tensor
+    grad_missing: Tensor
+    clip_pre_norm: Tensor
+    clip_post_norm: Tensor
+    clip_scale: Tensor
+    clip_fraction: Tensor
+    skipped_steps: Tensor
+    loss_scale: Tensor
 
-    def stack(self) -> tf.Tensor:
+    def stack(self) -> Tensor:
         """The values as one float32 vector, in `TOTALS` order."""
-        return tf.stack([tf.cast(getattr(self, n), tf.float32) for n in TOTALS])
+        return ops.stack([ops.cast(getattr(self, n), "float32") for n in TOTALS])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,10 +65,10 @@ class Measurement:
     """
 
     totals: Totals
-    groups: tf.Tensor
-    grad: tf.Tensor
-    weight: tf.Tensor | None = None
-    ratio: tf.Tensor | None = None
+    groups: Tensor
+    grad: Tensor
+    weight: Tensor | None = None
+    ratio: Tensor | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,10 +82,10 @@ class HistogramMeasurement:
             `[num_variables, 2]`, or None.
     """
 
-    grad_counts: tf.Tensor
-    grad_range: tf.Tensor
-    weight_counts: tf.Tensor | None = None
-    weight_range: tf.Tensor | None = None
+    grad_counts: Tensor
+    grad_range: Tensor
+    weight_counts: Tensor | None = None
+    weight_range: Tensor | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +101,9 @@ class ClipOutcome:
     """
 
     grads: list[Any]
-    pre_norm: tf.Tensor
-    post_norm: tf.Tensor
-    finite: tf.Tensor
+    pre_norm: Tensor
+    post_norm: Tensor
+    finite: Tensor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +111,8 @@ class Due:
     """Whether this step recorded scalars / histograms: a bool tensor, or a
     Python bool known when tracing (True: every step; False: never)."""
 
-    scalars: tf.Tensor | bool
-    histograms: tf.Tensor | bool
+    scalars: Tensor | bool
+    histograms: Tensor | bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,13 +121,13 @@ class Processed:
     whether to apply them (True: always), and what was recorded."""
 
     grads: list[Any]
-    apply: tf.Tensor | bool
+    apply: Tensor | bool
     due: Due
 
 
 def statistics_matrices(
-    parts: Sequence[Mapping[int, tf.Tensor]], rows: int, names: Sequence[str]
-) -> list[tf.Tensor]:
+    parts: Sequence[Mapping[int, Tensor]], rows: int, names: Sequence[str]
+) -> list[Tensor]:
     """`statistics_matrix` of each of `parts` (the gradients, the weights),
     all computed in one batched program: its size does not grow with the
     number of tensors, so one call costs about half of two at trace and
@@ -138,8 +145,8 @@ def statistics_matrices(
 
 
 def statistics_matrix(
-    tensors: Mapping[int, tf.Tensor], rows: int, names: Sequence[str]
-) -> tf.Tensor:
+    tensors: Mapping[int, Tensor], rows: int, names: Sequence[str]
+) -> Tensor:
     """`[rows, len(STATISTICS) + 1]`: the statistics of `tensors[i]` in row
     `i` and a last column of 1; rows without a tensor are NaN with a 0.
 
@@ -149,53 +156,55 @@ def statistics_matrix(
     return statistics_matrices([tensors], rows, names)[0]
 
 
-def _placed_statistics(computed: tf.Tensor, order: list[int], rows: int) -> tf.Tensor:
+def _placed_statistics(computed: Tensor, order: list[int], rows: int) -> Tensor:
     """The computed rows of the tensors in `order`, each at its row."""
-    present = tf.ones([len(order), 1])
-    filled = tf.concat([computed, present], 1)
+    present = ops.ones([len(order), 1])
+    filled = ops.concatenate([computed, present], 1)
     if len(order) == rows:
         return filled
-    missing = tf.concat([tf.fill([1, len(STATISTICS)], _NAN), tf.zeros([1, 1])], 1)
+    missing = ops.concatenate(
+        [ops.full([1, len(STATISTICS)], _NAN), ops.zeros([1, 1])], 1
+    )
     # Row i of the result: its computed row, or the missing row (index -1).
     position = {i: k for k, i in enumerate(order)}
     take = [position.get(i, len(order)) for i in range(rows)]
-    return tf.gather(tf.concat([filled, missing], 0), take)
+    return ops.take(ops.concatenate([filled, missing], 0), take, axis=0)
 
 
 def combined_norms(
-    matrix: tf.Tensor, members: Sequence[Sequence[int]]
-) -> tuple[tf.Tensor, tf.Tensor]:
+    matrix: Tensor, members: Sequence[Sequence[int]]
+) -> tuple[Tensor, Tensor]:
     """`(total, per-group)` L2 norms from the per-variable norm column;
     missing rows (NaN) count as 0. A group of no present variable is 0."""
     norms = matrix[:, STATISTICS.index("norm")]
-    norms = tf.where(tf.math.is_nan(norms), tf.zeros_like(norms), norms)
+    norms = ops.where(ops.isnan(norms), ops.zeros_like(norms), norms)
     total = combine_norms(norms)
     groups = [
-        combine_norms(tf.gather(norms, list(rows))) if rows else tf.constant(0.0)
+        combine_norms(ops.take(norms, list(rows), axis=0)) if rows else _zero()
         for rows in members
     ]
-    stacked = tf.stack(groups) if groups else tf.zeros([0])
+    stacked = ops.stack(groups) if groups else ops.zeros([0])
     return total, stacked
 
 
-def nonfinite_total(matrix: tf.Tensor) -> tf.Tensor:
+def nonfinite_total(matrix: Tensor) -> Tensor:
     """The number of NaN/Inf elements over the present rows."""
     counts = matrix[:, STATISTICS.index("nonfinite")]
-    return tf.reduce_sum(tf.where(tf.math.is_nan(counts), 0.0, counts))
+    return ops.sum(ops.where(ops.isnan(counts), 0.0, counts))
 
 
-def norm_ratio(grad: tf.Tensor, weight: tf.Tensor) -> tf.Tensor:
+def norm_ratio(grad: Tensor, weight: Tensor) -> Tensor:
     """Per variable, gradient norm / weight norm; NaN where the weight norm
     is not above 0 (the ratio says nothing there) or the gradient is missing.
     """
     column = STATISTICS.index("norm")
     g, w = grad[:, column], weight[:, column]
-    return tf.where(w > 0, g / tf.where(w > 0, w, 1.0), _NAN)
+    return ops.where(w > 0, g / ops.where(w > 0, w, 1.0), _NAN)
 
 
 def histogram_matrices(
-    parts: Sequence[Mapping[int, tf.Tensor]], rows: int, buckets: int
-) -> list[tuple[tf.Tensor, tf.Tensor]]:
+    parts: Sequence[Mapping[int, Tensor]], rows: int, buckets: int
+) -> list[tuple[Tensor, Tensor]]:
     """For each of `parts` (the gradients, the weights): `(counts [rows,
     buckets], ranges [rows, 3])` of `part[i]` in row `i`, the last range
     column 1 where row i has a tensor, else 0; all bucket counts computed in
@@ -213,26 +222,26 @@ def histogram_matrices(
 
 
 def _placed_histograms(
-    counts: tf.Tensor, ranges: tf.Tensor, order: list[int], rows: int
-) -> tuple[tf.Tensor, tf.Tensor]:
+    counts: Tensor, ranges: Tensor, order: list[int], rows: int
+) -> tuple[Tensor, Tensor]:
     buckets = int(counts.shape[1])
-    ranges = tf.concat([ranges, tf.ones([len(order), 1])], 1)
+    ranges = ops.concatenate([ranges, ops.ones([len(order), 1])], 1)
     if len(order) == rows:
         return counts, ranges
-    counts = tf.concat([counts, tf.zeros([1, buckets], tf.int32)], 0)
-    ranges = tf.concat([ranges, tf.zeros([1, 3])], 0)
+    counts = ops.concatenate([counts, ops.zeros([1, buckets], "int32")], 0)
+    ranges = ops.concatenate([ranges, ops.zeros([1, 3])], 0)
     position = {i: k for k, i in enumerate(order)}
     take = [position.get(i, len(order)) for i in range(rows)]
-    return tf.gather(counts, take), tf.gather(ranges, take)
+    return ops.take(counts, take, axis=0), ops.take(ranges, take, axis=0)
 
 
 def scalar_measurement(
-    grads: Mapping[int, tf.Tensor],
-    weights: Mapping[int, tf.Tensor] | None,
+    grads: Mapping[int, Tensor],
+    weights: Mapping[int, Tensor] | None,
     count: int,
     names: Sequence[str],
     members: Sequence[Sequence[int]],
-    extra: Mapping[str, tf.Tensor | float],
+    extra: Mapping[str, Tensor | float],
 ) -> Measurement:
     """The scalar statistics of one step: per variable, per group, global.
 
@@ -250,7 +259,7 @@ def scalar_measurement(
     grad, *weight_part = statistics_matrices(parts, count, names)
     grad_total, grad_groups = combined_norms(grad, members)
     weight = ratio = None
-    weight_total, weight_groups = tf.constant(0.0), tf.zeros_like(grad_groups)
+    weight_total, weight_groups = _zero(), ops.zeros_like(grad_groups)
     if weights is not None:
         [weight] = weight_part
         weight_total, weight_groups = combined_norms(weight, members)
@@ -259,16 +268,16 @@ def scalar_measurement(
         grad_norm=grad_total,
         weight_norm=weight_total,
         grad_nonfinite=nonfinite_total(grad),
-        grad_missing=tf.constant(float(count - len(grads))),
-        **{k: tf.cast(v, tf.float32) for k, v in extra.items()},
+        grad_missing=ops.convert_to_tensor(float(count - len(grads))),
+        **{k: ops.cast(v, "float32") for k, v in extra.items()},
     )
-    groups = tf.stack([grad_groups, weight_groups], axis=1)
+    groups = ops.stack([grad_groups, weight_groups], axis=1)
     return Measurement(totals, groups, grad, weight, ratio)
 
 
 def histogram_measurement(
-    grads: Mapping[int, tf.Tensor],
-    weights: Mapping[int, tf.Tensor] | None,
+    grads: Mapping[int, Tensor],
+    weights: Mapping[int, Tensor] | None,
     count: int,
     buckets: int,
 ) -> HistogramMeasurement:

@@ -17,15 +17,15 @@ conditional to a step that records nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
+from keras_gradmon import backend
 from keras_gradmon.clipping import as_gradient, global_norm_of
 from keras_gradmon.config import MonitorConfig
-from keras_gradmon.graph import run_if
 from keras_gradmon.history import NO_STEP, latest_entry, unpack
 from keras_gradmon.measurement import (
     ClipOutcome,
@@ -35,6 +35,7 @@ from keras_gradmon.measurement import (
     scalar_measurement,
 )
 from keras_gradmon.naming import match_groups, unique_paths
+from keras_gradmon.recording import Inputs, clip_totals, either_of, when
 from keras_gradmon.schedule import Schedule
 from keras_gradmon.state import (
     HistogramSnapshot,
@@ -42,6 +43,7 @@ from keras_gradmon.state import (
     MonitorState,
     Snapshot,
     VariableFactory,
+    VariableStore,
 )
 from keras_gradmon.tags import TagTable
 
@@ -59,7 +61,7 @@ class GradientMonitor:
     Example:
 
     >>> monitor = GradientMonitor(MonitorConfig(every_n_steps=1))
-    >>> from keras_gradmon.adapters.base import make_tf_variable
+    >>> from keras_gradmon.adapters.stepped import make_tf_variable
     >>> monitor.build([tf.Variable([1.0, 2.0], name="w")], make_tf_variable)
     >>> _ = monitor.process(tf.constant(0), [tf.constant([3.0, 4.0])], [0])
     >>> monitor.snapshot().totals["grad_norm"]
@@ -101,34 +103,56 @@ class GradientMonitor:
         self.tags = TagTable.of(self, self.config.replace(tag_scope=scope).tag_scope)
 
     # Inside the step ---------------------------------------------------------
+    #
+    # Each step reads the state from `store` (the state's variables unless
+    # given: JAX's `stateless_apply` passes a `ValueStore`), computes new
+    # values with pure functions and writes them back.
 
-    def clip(self, grads: Sequence[Any], indices: Sequence[int]) -> ClipOutcome | None:
+    def clip(
+        self,
+        grads: Sequence[Any],
+        indices: Sequence[int],
+        store: Any = None,
+        weights: Mapping[int, Any] | None = None,
+    ) -> ClipOutcome | None:
         """Clips `grads` as configured (every step) and tells whether every
         element is finite. None when neither clipping nor `skip_nonfinite`
-        is configured: then nothing is computed for it."""
+        is configured: then nothing is computed for it. `weights`: the
+        variables' values by row, where they are not the variables' own."""
         if self.clip_rule is None and not self.config.skip_nonfinite:
             return None
         rows = [k for k, g in enumerate(grads) if g is not None]
         given = [as_gradient(grads[k]) for k in rows]  # IndexedSlices kept
         norm = global_norm_of(given)
-        pre_norm = tf.cast(norm.exact, tf.float32)
+        pre_norm = ops.cast(norm.exact, "float32")
         out = list(grads)
         if self.clip_rule is None:
             return ClipOutcome(out, pre_norm, pre_norm, norm.finite)
-        weights = [tf.convert_to_tensor(self.variables[indices[k]]) for k in rows]
-        state = {k: tf.convert_to_tensor(v) for k, v in self.state.clip.items()}
-        result = self.clip_rule.clip(given, weights, norm, state)
-        for name, value in result.state.items():
-            self.state.clip[name].assign(value)
-        clipped = tf.cast(result.post_norm < pre_norm, tf.int64)
-        self.state.clip_counts.assign_add(tf.stack([tf.constant(1, tf.int64), clipped]))
+        store = store or VariableStore(self.state)
+        values = store.read()
+        by_row = self._weights(weights, force=True)
+        result = self.clip_rule.clip(
+            given,
+            [by_row[indices[k]] for k in rows],
+            norm,
+            {name: values[f"clip_{name}"] for name in self.state.clip},
+        )
+        new = {f"clip_{name}": value for name, value in result.state.items()}
+        clipped = ops.cast(result.post_norm < pre_norm, "int32")
+        counts = values["clip_counts"]
+        step_counts = ops.cast(ops.stack([1, clipped]), counts.dtype)
+        new["clip_counts"] = counts + step_counts
+        store.write(new)
         for k, g in zip(rows, result.grads):
             out[k] = g
         return ClipOutcome(out, pre_norm, result.post_norm, norm.finite)
 
-    def count_skipped(self, applied: tf.Tensor) -> None:
+    def count_skipped(self, applied: Any, store: Any = None) -> None:
         """Counts a step that will not be applied (`applied` false)."""
-        self.state.skipped.assign_add(tf.cast(tf.logical_not(applied), tf.int64))
+        store = store or VariableStore(self.state)
+        skipped = store.read()["skipped_steps"]
+        missed = ops.cast(ops.logical_not(applied), skipped.dtype)
+        store.write({"skipped_steps": skipped + missed})
 
     def measure(
         self,
@@ -136,8 +160,10 @@ class GradientMonitor:
         grads: Sequence[Any],
         indices: Sequence[int],
         clip: ClipOutcome | None = None,
-        applied: tf.Tensor | None = None,
-        loss_scale: tf.Tensor | None = None,
+        applied: Any = None,
+        loss_scale: Any = None,
+        store: Any = None,
+        weights: Mapping[int, Any] | None = None,
     ) -> Due:
         """Records the statistics of `grads` on due steps (only where
         `applied` holds, if given: a rejected step's number comes again).
@@ -149,103 +175,91 @@ class GradientMonitor:
             clip: This step's `clip()` outcome, for the clip numbers.
             applied: Whether the step will be applied.
             loss_scale: The loss scale `grads` were unscaled by.
+            store: Where the state is read and written (default: the
+                state's variables).
+            weights: The variables' values by row, where they are not the
+                variables' own (JAX's `stateless_apply`).
 
         Returns:
             Whether scalars / histograms were recorded at this step.
         """
-        step = tf.cast(step, tf.int64)
+        step = ops.cast(step, backend.step_dtype())
         by_row = {i: g for g, i in zip(grads, indices) if g is not None}
         allowed = True if applied is None else applied
-        scalars = self.schedule.gate(step, allowed)
-        histograms = self.histogram_schedule.gate(step, allowed)
+        due = Due(
+            self.schedule.gate(step, allowed),
+            self.histogram_schedule.gate(step, allowed),
+        )
+        either = either_of(due)
+        inputs = Inputs(step, by_row, self._weights(weights), clip, loss_scale)
 
-        def record_scalars() -> None:
-            self._record_statistics(step, by_row, clip, loss_scale)
+        def record(values: dict) -> dict:
+            values = when(due.scalars, either, self._statistics, inputs, values)
+            return when(due.histograms, either, self._histograms, inputs, values)
 
-        def record_both() -> None:
-            run_if(scalars, record_scalars)
-            run_if(histograms, lambda: self._record_histograms(step, by_row))
-
-        either: tf.Tensor | bool = True
-        if not isinstance(scalars, bool) and not isinstance(histograms, bool):
-            # One conditional on a step that is due for neither.
-            either = tf.logical_or(scalars, histograms)
-        run_if(either, record_both)
-        return Due(scalars, histograms)
+        backend.update_if(either, record, store or VariableStore(self.state))
+        return due
 
     def process(
-        self, step: Any, grads: Sequence[Any], indices: Sequence[int]
+        self,
+        step: Any,
+        grads: Sequence[Any],
+        indices: Sequence[int],
+        store: Any = None,
+        weights: Mapping[int, Any] | None = None,
     ) -> Processed:
         """`clip`, then decide the skip (with `skip_nonfinite`: where not
         finite), then `measure`: the whole in-step work for an inner optimizer
         that applies every step it is given. A skipped step is measured too:
         its statistics show the NaN/Inf that caused the skip (the skip is
         counted first, so they show it too)."""
-        outcome = self.clip(grads, indices)
-        verdict: tf.Tensor | bool = True
+        store = store or VariableStore(self.state)
+        outcome = self.clip(grads, indices, store, weights)
+        verdict: Any = True
         if outcome is not None and self.config.skip_nonfinite:
             verdict = outcome.finite
-            self.count_skipped(verdict)
-        due = self.measure(step, grads, indices, clip=outcome)
+            self.count_skipped(verdict, store)
+        due = self.measure(
+            step, grads, indices, clip=outcome, store=store, weights=weights
+        )
         handed_on = list(grads) if outcome is None else outcome.grads
         return Processed(handed_on, verdict, due)
 
-    def _weights(self) -> dict[int, tf.Tensor] | None:
-        if not self.layout.weights:
+    def _weights(
+        self, given: Mapping[int, Any] | None, force: bool = False
+    ) -> dict[int, Any] | None:
+        """The weights by row: `given`, else the variables' values; None
+        when weight statistics are off (unless `force`)."""
+        if not (self.layout.weights or force):
             return None
-        return {i: tf.convert_to_tensor(v) for i, v in enumerate(self.variables)}
+        if given is not None:
+            return dict(given)
+        return {i: ops.convert_to_tensor(v) for i, v in enumerate(self.variables)}
 
-    def _record_statistics(
-        self,
-        step: tf.Tensor,
-        grads: dict[int, Any],
-        clip: ClipOutcome | None,
-        loss_scale: tf.Tensor | None,
-    ) -> None:
-        extra = dict(
-            **self._clip_totals(clip),
-            skipped_steps=tf.cast(self.state.skipped, tf.float32),
-            loss_scale=_NAN if loss_scale is None else loss_scale,
+    def _statistics(self, inputs: Inputs, values: dict) -> dict:
+        """`values` with this step's scalar statistics pushed."""
+        values = dict(values)
+        totals = dict(
+            **clip_totals(inputs.clip, values, self.clip_rule is not None),
+            skipped_steps=ops.cast(values["skipped_steps"], "float32"),
+            loss_scale=_NAN if inputs.loss_scale is None else inputs.loss_scale,
         )
         measurement = scalar_measurement(
-            grads,
-            self._weights(),
+            inputs.grads,
+            inputs.weights,
             len(self.variables),
             self.config.statistics,
             list(self.group_members.values()),
-            extra,
+            totals,
         )
-        self.state.record(step, measurement)
+        return self.state.record(values, inputs.step, measurement)
 
-    def _clip_totals(self, clip: ClipOutcome | None) -> dict[str, Any]:
-        """The clip numbers of a summary; resets the clip counters."""
-        nan = tf.constant(_NAN)
-        if clip is None:
-            return dict(
-                clip_pre_norm=nan,
-                clip_post_norm=nan,
-                clip_scale=nan,
-                clip_fraction=nan,
-            )
-        pre, post = clip.pre_norm, clip.post_norm
-        scale = tf.where(tf.equal(pre, 0.0), 1.0, post / pre)
-        fraction = nan
-        if self.clip_rule is not None:
-            counts = tf.cast(self.state.clip_counts, tf.float32)
-            fraction = counts[1] / tf.maximum(counts[0], 1.0)
-            self.state.clip_counts.assign(tf.zeros([2], tf.int64))
-        return dict(
-            clip_pre_norm=pre,
-            clip_post_norm=post,
-            clip_scale=scale,
-            clip_fraction=fraction,
-        )
-
-    def _record_histograms(self, step: tf.Tensor, grads: dict[int, Any]) -> None:
+    def _histograms(self, inputs: Inputs, values: dict) -> dict:
+        """`values` with this step's histograms pushed."""
         measurement = histogram_measurement(
-            grads, self._weights(), len(self.variables), self.layout.buckets
+            inputs.grads, inputs.weights, len(self.variables), self.layout.buckets
         )
-        self.state.record_histograms(step, measurement)
+        return self.state.record_histograms(values, inputs.step, measurement)
 
     # Host side -----------------------------------------------------------------
 
@@ -271,27 +285,13 @@ class GradientMonitor:
         self, step: Any, counts: Any, ranges: Any
     ) -> HistogramSnapshot:
         """A `HistogramSnapshot` of captured `(step, counts, ranges)`."""
-        counts, ranges, n = np.asarray(counts), np.asarray(ranges), len(self.paths)
         weights = self.layout.weights
-        return HistogramSnapshot(
-            step=int(step),
-            paths=tuple(self.paths),
-            grad_counts=counts[:n],
-            grad_range=ranges[:n, :2],
-            weight_counts=counts[n:] if weights else None,
-            weight_range=ranges[n:, :2] if weights else None,
-            has_grad=ranges[:n, 2] > 0,
-        )
+        return HistogramSnapshot.of_captured(step, counts, ranges, self.paths, weights)
 
     def scalar_values(self, step: Any, values: Any) -> Snapshot:
         """A `Snapshot` of captured `(step, values)`."""
-        return Snapshot(
-            int(step),
-            tuple(self.paths),
-            tuple(self.group_members),
-            np.asarray(values),
-            self.layout,
-        )
+        groups = self.group_members
+        return Snapshot.of_captured(step, values, self.paths, groups, self.layout)
 
 
 __all__ = ["ClipOutcome", "Due", "GradientMonitor", "Processed"]

@@ -77,23 +77,34 @@ or a callable from the step to a boolean. Received: every_n_steps=0
     return value
 
 
-def _check_callable_result(name: str, fn: Callable) -> None:
-    import tensorflow as tf
+def _step_tensor(step: int) -> Any:
+    """`step` as an integer scalar of the Keras backend (int64 where the
+    backend has it)."""
+    from keras import ops
 
+    return ops.convert_to_tensor(np.int64(step))
+
+
+def _dtype_name(result: Any) -> str | None:
+    dtype = getattr(result, "dtype", None)
+    return None if dtype is None else str(getattr(dtype, "name", dtype))
+
+
+def _check_callable_result(name: str, fn: Callable) -> None:
     try:
-        result = fn(tf.constant(0, tf.int64))
+        result = fn(_step_tensor(0))
     except Exception as error:  # the user's function: any failure is theirs
         raise ValueError(
             f"`{name}` raised {type(error).__name__}: {error} when called with "
-            f"step 0 (an int64 scalar tensor). Received: {name}={fn!r}"
+            f"step 0 (an integer scalar tensor). Received: {name}={fn!r}"
         ) from error
-    dtype = getattr(result, "dtype", None)
-    is_bool = isinstance(result, bool) or (dtype is not None and dtype == tf.bool)
+    dtype = _dtype_name(result)
+    is_bool = isinstance(result, bool) or dtype == "bool"
     if not is_bool:
         raise ValueError(
             f"`{name}` must return a boolean (a bool tensor such as "
-            f"`tf.equal(step % 10, 0)`), not {type(result).__name__}"
-            f"{f' of dtype {dtype.name}' if dtype is not None else ''}: an int "
+            f"`keras.ops.equal(step % 10, 0)`), not {type(result).__name__}"
+            f"{f' of dtype {dtype}' if dtype is not None else ''}: an int "
             f"result would be read as 'due whenever it is not 0'. Received: "
             f"{name}={fn!r}"
         )
@@ -133,33 +144,34 @@ class Schedule:
     def due(self, step: Any) -> Any:
         """Whether `step` is due: a bool tensor for a tensor step (traced into
         the graph), a Python bool for a Python int."""
-        import tensorflow as tf
-
-        if isinstance(step, (tf.Tensor, tf.Variable)) or hasattr(step, "dtype"):
-            return self._graph_due(tf.cast(step, tf.int64))
+        if hasattr(step, "dtype") or hasattr(step, "value"):
+            return self._graph_due(step)
         step = int(step)
         if self.frequency is None:
             return False
         if callable(self.frequency):
             # np.int64: TensorFlow caches the tensor of every Python int.
-            return bool(self.frequency(tf.constant(np.int64(step))))
+            return bool(self.frequency(_step_tensor(step)))
         return step % self.frequency == 0
 
     def _graph_due(self, step: Any) -> Any:
-        import tensorflow as tf
+        from keras import ops
 
+        from keras_gradmon import backend
+
+        step = ops.cast(step, backend.step_dtype())
         if self.frequency is None:
-            return tf.constant(False)
+            return ops.convert_to_tensor(False)
         if callable(self.frequency):
             result = self.frequency(step)
-            if getattr(result, "dtype", tf.bool) != tf.bool:
+            dtype = _dtype_name(result) or "bool"
+            if dtype != "bool":
                 raise ValueError(
                     f"`{self.name}` must return a boolean tensor. Received a "
-                    f"{result.dtype.name} tensor from {self.name}="
-                    f"{self.frequency!r}"
+                    f"{dtype} tensor from {self.name}={self.frequency!r}"
                 )
-            return tf.reshape(tf.convert_to_tensor(result, tf.bool), [])
-        return tf.equal(tf.math.floormod(step, self.frequency), 0)
+            return ops.reshape(ops.convert_to_tensor(result, "bool"), [])
+        return ops.equal(ops.mod(step, self.frequency), 0)
 
     def gate(self, step: Any, allowed: Any = True) -> Any:
         """What gates a measurement of this schedule at the tensor `step`,
@@ -172,14 +184,14 @@ class Schedule:
         >>> Schedule(1).gate(object()), Schedule(None).gate(object())
         (True, False)
         """
-        import tensorflow as tf
+        from keras import ops
 
         if self.never:
             return False
         if self.always:
             return allowed
         due = self.due(step)
-        return due if allowed is True else tf.logical_and(due, allowed)
+        return due if allowed is True else ops.logical_and(due, allowed)
 
     def any_due(self, first: int, end: int) -> bool:
         """Whether any step in `[first, end)` is due (host side, no device).

@@ -9,16 +9,16 @@ and what one compiled read brings back.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-import tensorflow as tf
+from keras import ops
 
+from keras_gradmon import backend
 from keras_gradmon.history import NO_STEP, Ring
 from keras_gradmon.measurement import HistogramMeasurement, Measurement
-from keras_gradmon.schema import COLUMNS, TOTALS, Layout
+from keras_gradmon.schema import COLUMNS, Layout
+from keras_gradmon.snapshots import HistogramSnapshot, Snapshot
 
 #: A function that creates one state variable:
 #: `make_variable(name, shape, dtype, initial_value)`.
@@ -31,92 +31,9 @@ __all__ = [
     "Layout",
     "MonitorState",
     "Snapshot",
+    "ValueStore",
+    "VariableStore",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class Snapshot:
-    """The scalar statistics of one summary step, as NumPy data.
-
-    Attributes:
-        step: The optimizer step the statistics describe (-1: none yet).
-        paths: The variable paths, in row order.
-        groups: The group names, in row order.
-        values: Every scalar, flat, in `Layout` order (the tag table's index).
-        layout: Where each field sits in `values`.
-    """
-
-    step: int
-    paths: tuple[str, ...]
-    groups: tuple[str, ...]
-    values: np.ndarray
-    layout: Layout
-
-    def field(self, name: str) -> np.ndarray | None:
-        """One field of `values` in its shape, or None if not recorded."""
-        shapes = dict(self.layout.scalar_fields())
-        if name not in shapes:
-            return None
-        start, shape = self.layout.offset(name), shapes[name]
-        return self.values[start : start + int(np.prod(shape))].reshape(shape)
-
-    @property
-    def grad(self) -> np.ndarray:
-        """`[num_variables, len(COLUMNS)]` gradient statistics (NaN rows for
-        variables without a gradient)."""
-        return self.field("grad")
-
-    @property
-    def weight(self) -> np.ndarray | None:
-        """The same for the weights, or None if not recorded."""
-        return self.field("weight")
-
-    @property
-    def group_grad_norm(self) -> np.ndarray:
-        return self.field("groups")[:, 0]
-
-    @property
-    def group_weight_norm(self) -> np.ndarray:
-        return self.field("groups")[:, 1]
-
-    @property
-    def totals(self) -> dict[str, float]:
-        """`{name: value}` for each name in `TOTALS`."""
-        return dict(zip(TOTALS, self.field("totals").tolist()))
-
-    @property
-    def has_grad(self) -> np.ndarray:
-        """Boolean `[num_variables]`: whether each variable had a gradient."""
-        return self.grad[:, COLUMNS.index("present")] > 0
-
-    def grad_stat(self, name: str) -> dict[str, float]:
-        """`{variable path: value}` of one gradient statistic."""
-        column = self.grad[:, COLUMNS.index(name)]
-        return {
-            p: float(v) for p, v, ok in zip(self.paths, column, self.has_grad) if ok
-        }
-
-
-@dataclasses.dataclass(frozen=True)
-class HistogramSnapshot:
-    """Histogram bucket counts of one histogram step, as NumPy data.
-
-    Attributes:
-        step: The optimizer step the histograms describe (-1: none yet).
-        paths: The variable paths, in row order.
-        grad_counts: int `[num_variables, buckets]` gradient bucket counts.
-        grad_range: `[num_variables, 2]` min and max of each gradient.
-        weight_counts, weight_range: the same for the weights, or None.
-        has_grad: Boolean `[num_variables]`.
-    """
-
-    step: int
-    paths: tuple[str, ...]
-    grad_counts: np.ndarray
-    grad_range: np.ndarray
-    weight_counts: np.ndarray | None
-    weight_range: np.ndarray | None
-    has_grad: np.ndarray
 
 
 class MonitorState:
@@ -128,6 +45,11 @@ class MonitorState:
     reads all reach the recorders. Histograms are kept the same way
     (`histograms`: bucket counts, then ranges; the gradients' rows, then
     the weights'). A summary step writes one row of a few variables.
+
+    Inside the step the state is a dict of values keyed by variable name
+    (`variables`); the monitor's functions map values to new values, and a
+    store (`VariableStore`, or a dict of values under JAX's
+    `stateless_apply`) writes them.
 
     Args:
         make_variable: Creates one variable (see `VariableFactory`); each
@@ -141,8 +63,13 @@ class MonitorState:
         self, make_variable: VariableFactory, layout: Layout, clip_spec: dict | None
     ) -> None:
         self.layout = layout
+        #: Maps the state variables to their live values, where a framework
+        #: keeps them outside the variables (JAX's `fit`); None: the
+        #: variables' own.
+        self.source: Callable[[list], list] | None = None
+        self._readers: dict = {}
         row = [("values", (layout.size,), "float32")]
-        self.scalars = Ring(make_variable, "stats", layout.history, row)
+        self.scalars = Ring(make_variable, "stats", layout.history, row, self.capture)
         # Every step: the skipped steps so far, and [steps, clipped steps]
         # since the last summary.
         self.skipped = make_variable("skipped_steps", (), "int64", 0)
@@ -153,45 +80,72 @@ class MonitorState:
         }
         self.histograms: Ring | None = None
         if layout.buckets is not None:
-            rows = layout.num_variables * (2 if layout.weights else 1)
-            payloads = [
-                ("counts", (rows, layout.buckets), "int32"),
-                ("ranges", (rows, 3), "float32"),
-            ]
-            self.histograms = Ring(make_variable, "hist", layout.history, payloads)
+            self.histograms = self._histogram_ring(make_variable)
 
-    # Inside the step -------------------------------------------------------
+    def _histogram_ring(self, make_variable: VariableFactory) -> Ring:
+        layout = self.layout
+        rows = layout.num_variables * (2 if layout.weights else 1)
+        payloads = [
+            ("counts", (rows, layout.buckets), "int32"),
+            ("ranges", (rows, 3), "float32"),
+        ]
+        return Ring(make_variable, "hist", layout.history, payloads, self.capture)
 
-    def record(self, step: tf.Tensor, measurement: Measurement) -> None:
-        """Pushes a summary step's numbers: each field (by name) at its
-        place in the flat row."""
+    @property
+    def variables(self) -> dict[str, Any]:
+        """Every state variable by name."""
+        found = dict(self.scalars.variables)
+        found.update(skipped_steps=self.skipped, clip_counts=self.clip_counts)
+        found.update({f"clip_{name}": v for name, v in self.clip.items()})
+        if self.histograms is not None:
+            found.update(self.histograms.variables)
+        return found
+
+    def values(self) -> dict[str, Any]:
+        """Every state variable's current value, by name (graph tensors
+        inside the step)."""
+        return {k: ops.convert_to_tensor(v) for k, v in self.variables.items()}
+
+    # Inside the step (pure) ------------------------------------------------
+
+    def record(self, values: dict, step: Any, measurement: Measurement) -> dict:
+        """`values` with a summary step's numbers pushed: each field (by
+        name) at its place in the flat row."""
         parts = []
         for name, _ in self.layout.scalar_fields():
             value = getattr(measurement, name)
             value = value.stack() if name == "totals" else value
-            parts.append(tf.reshape(tf.cast(value, tf.float32), [-1]))
-        self.scalars.push(step, [tf.concat(parts, 0)])
+            parts.append(ops.reshape(ops.cast(value, "float32"), [-1]))
+        return self.scalars.push(values, step, [ops.concatenate(parts, 0)])
 
-    def record_histograms(self, step: tf.Tensor, hist: HistogramMeasurement) -> None:
-        """Pushes a histogram step's bucket counts and ranges (gradient rows,
-        then weight rows)."""
+    def record_histograms(
+        self, values: dict, step: Any, hist: HistogramMeasurement
+    ) -> dict:
+        """`values` with a histogram step's bucket counts and ranges pushed
+        (gradient rows, then weight rows)."""
         counts, ranges = [hist.grad_counts], [hist.grad_range]
         if self.layout.weights:
             counts.append(hist.weight_counts)
-            present = tf.ones([self.layout.num_variables, 1])
-            ranges.append(tf.concat([hist.weight_range, present], 1))
-        self.histograms.push(step, [tf.concat(counts, 0), tf.concat(ranges, 0)])
+            present = ops.ones([self.layout.num_variables, 1])
+            ranges.append(ops.concatenate([hist.weight_range, present], 1))
+        rows = [ops.concatenate(counts, 0), ops.concatenate(ranges, 0)]
+        return self.histograms.push(values, step, rows)
 
-    def latest_values(self) -> tf.Tensor:
+    def latest_values(self) -> Any:
         """The flat row of the latest summary, as a graph tensor."""
-        return self.scalars.latest()[0]
+        return self.scalars.latest(self.values())[0]
 
-    def latest_histograms(self) -> tuple[tf.Tensor, tf.Tensor]:
+    def latest_histograms(self) -> tuple[Any, Any]:
         """`(counts, ranges)` of the latest histograms, as graph tensors."""
-        counts, ranges = self.histograms.latest()
+        counts, ranges = self.histograms.latest(self.values())
         return counts, ranges
 
     # Host side -------------------------------------------------------------
+
+    def capture(self, variables: list) -> Sequence[Any]:
+        """The values of `variables` (of this state), captured without
+        waiting for the device (`backend.capture`)."""
+        return backend.capture(variables, self.source, self._readers)
 
     def counts(self) -> tuple[int, int]:
         """How many summaries and histogram steps were recorded so far (one
@@ -199,10 +153,55 @@ class MonitorState:
         hist = 0 if self.histograms is None else self.histograms.read_count()
         return self.scalars.read_count(), hist
 
-    def capture_scalars(self) -> tuple[tf.Tensor, ...]:
-        """The scalar ring as tensors (`Ring.capture`), without waiting."""
+    def capture_scalars(self) -> Sequence[Any]:
+        """The scalar ring as array-likes (`Ring.capture`), without waiting."""
         return self.scalars.capture()
 
-    def capture_histograms(self) -> tuple[tf.Tensor, ...] | None:
-        """The histogram ring as tensors, or None when histograms are off."""
+    def capture_histograms(self) -> Sequence[Any] | None:
+        """The histogram ring, or None when histograms are off."""
         return None if self.histograms is None else self.histograms.capture()
+
+
+class VariableStore:
+    """The state's variables as a store for `backend.update_if`: `read()`
+    their values, `write()` assigns the values that changed.
+
+    Example:
+
+    >>> store = VariableStore(state)  # doctest: +SKIP
+    >>> store.write({**store.read(), "skipped_steps": 1})  # doctest: +SKIP
+    """
+
+    def __init__(self, state: MonitorState) -> None:
+        self.state = state
+        self._read: dict = {}
+
+    def read(self) -> dict:
+        self._read = self.state.values()
+        return dict(self._read)
+
+    def write(self, values: dict) -> None:
+        variables = self.state.variables
+        for name, value in values.items():
+            if value is not self._read.get(name):
+                variables[name].assign(value)
+
+
+class ValueStore:
+    """A dict of state values as a store (JAX's `stateless_apply`, where the
+    caller threads the state): `write()` replaces the values.
+
+    Example:
+
+    >>> store = ValueStore({"n": 0}); store.write({"n": 1}); store.values
+    {'n': 1}
+    """
+
+    def __init__(self, values: dict) -> None:
+        self.values = dict(values)
+
+    def read(self) -> dict:
+        return dict(self.values)
+
+    def write(self, values: dict) -> None:
+        self.values.update(values)

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from keras_gradmon import GradientMonitorOptimizer
-from keras_gradmon.adapters.base import make_tf_variable
+from keras_gradmon.adapters.stepped import make_tf_variable
 from keras_gradmon.clipping import (
     AdaptiveGradientClip,
     AutoClip,

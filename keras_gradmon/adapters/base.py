@@ -8,9 +8,6 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import tensorflow as tf
-
-from keras_gradmon import distribute
 from keras_gradmon.config import MonitorConfig
 from keras_gradmon.monitor import GradientMonitor
 from keras_gradmon.state import HistogramSnapshot, Snapshot
@@ -118,32 +115,6 @@ def check_not_monitored(optimizer: Any, argument: str = "optimizer") -> None:
             "and pass every monitor option to that one wrapper. Received: "
             f"{argument}={optimizer!r}"
         )
-
-
-def make_tf_variable(
-    name: str, shape: tuple, dtype: str, initial: float
-) -> tf.Variable:
-    """A non-trainable `tf.Variable`, one copy per replica under a strategy
-    (see `keras_gradmon.distribute`)."""
-    return tf.Variable(
-        tf.fill(shape, tf.cast(initial, dtype)),
-        trainable=False,
-        name=name,
-        synchronization=distribute.SYNCHRONIZATION,
-        aggregation=distribute.AGGREGATION,
-    )
-
-
-def check_step(step: Any) -> tf.Variable | None:
-    """`step` if it is None or an integer `tf.Variable`."""
-    if step is not None and not (
-        isinstance(step, tf.Variable) and step.dtype.is_integer
-    ):
-        raise ValueError(
-            "`step` must be an integer tf.Variable (such as "
-            f"`agent.train_step_counter`) or None. Received: step={step!r}"
-        )
-    return step
 
 
 def present_rows(grads: list[Any], indices: list[int]) -> set[int]:

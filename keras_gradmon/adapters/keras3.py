@@ -7,12 +7,13 @@ the style of Keras's own `LossScaleOptimizer`.
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import Any
 
 import keras
-import tensorflow as tf
 
-from keras_gradmon import distribute, loss_scale
+from keras_gradmon import backend, loss_scale
 from keras_gradmon.adapters.base import (
     ConfigFromInner,
     MonitoredOptimizer,
@@ -23,16 +24,36 @@ from keras_gradmon.adapters.base import (
     set_variables,
 )
 from keras_gradmon.config import MonitorConfig
-from keras_gradmon.graph import exact_copies, in_xla_context, unconverted
 from keras_gradmon.monitor import GradientMonitor
 
+_STEPS = {"tensorflow": "keras3_tf", "jax": "keras3_jax"}
 
-def _check_tensorflow_backend() -> None:
-    if keras.backend.backend() != "tensorflow":
+
+def _step_module() -> ModuleType:
+    """The module with the step of the current Keras backend."""
+    return importlib.import_module(f"keras_gradmon.adapters.{_STEPS[_backend()]}")
+
+
+def _backend() -> str:
+    name = keras.backend.backend()
+    if name not in _STEPS:
         raise ValueError(
-            "GradientMonitorOptimizer needs the TensorFlow backend of Keras. "
-            f"Received: KERAS_BACKEND={keras.backend.backend()!r}"
+            "GradientMonitorOptimizer runs on the TensorFlow and the JAX "
+            f"backends of Keras. Received: KERAS_BACKEND={name!r}"
         )
+    return name
+
+
+unconverted = backend.unconverted
+
+
+def handed_on(monitor: GradientMonitor, summed: list, clipped: Any, scale: Any) -> list:
+    """What the inner optimizer is given: the summed gradients themselves
+    unless clipping changed them, then the clipped ones, scaled back by the
+    loss scale they were unscaled by."""
+    if monitor.clip_rule is None or clipped is None:
+        return summed
+    return loss_scale.rescale(clipped, scale, like=summed)
 
 
 @keras.saving.register_keras_serializable(package="keras_gradmon")
@@ -94,7 +115,7 @@ class GradientMonitorOptimizer(
         name: str | None = None,
         **options: Any,
     ) -> None:
-        _check_tensorflow_backend()
+        _backend()
         check_not_monitored(inner_optimizer, "inner_optimizer")
         monitor_config = resolve_config(config, options, name)
         super().__init__(learning_rate=0.0, name=name)
@@ -102,6 +123,7 @@ class GradientMonitorOptimizer(
         self.monitor = GradientMonitor(
             monitor_config, loss_scaled=loss_scale.is_loss_scaler(inner_optimizer)
         )
+        self._live_state: Any = None
 
     def _make_variable(
         self, name: str, shape: tuple, dtype: str, initial: float
@@ -112,7 +134,7 @@ class GradientMonitorOptimizer(
             variable = keras.Variable(
                 initializer=keras.initializers.Constant(initial),
                 shape=shape,
-                dtype=dtype,
+                dtype=backend.state_dtype(dtype),
                 trainable=False,
                 aggregation="only_first_replica",
                 synchronization="on_read",
@@ -124,6 +146,8 @@ class GradientMonitorOptimizer(
     @unconverted
     def build(self, var_list: list) -> None:
         self.monitor.build(var_list, self._make_variable)
+        if self._live_state is not None:
+            self.monitor.state.source = self._read_live
         self.inner_optimizer.build(var_list)
         # EMA and gradient accumulation are the inner optimizer's, not ours.
         with own_view(self):
@@ -200,7 +224,7 @@ class GradientMonitorOptimizer(
     def finalize_variable_values(self, var_list: list) -> None:
         self.inner_optimizer.finalize_variable_values(var_list)
 
-    # The step --------------------------------------------------------------
+    # The step: the backend's own (adapters/keras3_tf.py, keras3_jax.py) -----
 
     @unconverted
     def apply(self, grads: list, trainable_variables: list | None = None) -> None:
@@ -210,16 +234,23 @@ class GradientMonitorOptimizer(
         if grads and all(g is None for g in grads):
             raise ValueError("No gradients provided for any variable.")
         variables = self._resolve_variables(trainable_variables)
-        indices = [self._get_variable_index(v) for v in variables]
-        summed = distribute.all_reduce_sum(grads)
-        with keras.name_scope(self.name, caller=self):
-            handed_on, apply = self._monitored(summed, indices)
-        inner = self.inner_optimizer
-        with distribute.keras_reduction_disabled(inner):
-            if apply is True:
-                inner.apply(handed_on, variables)
-            else:
-                distribute.apply_if(apply, inner.apply, (handed_on, variables))
+        _step_module().apply(self, grads, variables)
+
+    def stateless_apply(
+        self, optimizer_variables: list, grads: list, trainable_variables: list
+    ) -> tuple[list, list]:
+        """`apply` without side effects: the new trainable and optimizer
+        variables' values (the inner optimizer's, then the monitor's state),
+        as Keras's JAX trainer and a hand-written `jax.jit` loop call it."""
+        if keras.backend.backend() != "jax":
+            return super().stateless_apply(
+                optimizer_variables, grads, trainable_variables
+            )
+        from keras_gradmon.adapters import keras3_jax
+
+        return keras3_jax.stateless_apply(
+            self, optimizer_variables, grads, trainable_variables
+        )
 
     def _resolve_variables(self, trainable_variables: list | None) -> list:
         if trainable_variables is None:
@@ -237,43 +268,49 @@ class GradientMonitorOptimizer(
             self.built = True
         return variables
 
-    def _monitored(self, summed: list, indices: list) -> tuple[list, Any]:
-        """`(gradients for the inner optimizer, whether to apply them)`.
+    # The host: where the live state is ----------------------------------------
 
-        The statistics are of the unscaled gradients when the inner
-        optimizer scales the loss; a `LossScaleOptimizer` inside decides the
-        skips itself, by its own test on exactly what it will be given.
+    def use_state(self, values: Any) -> None:
+        """Where host reads (`write_summaries`, the callbacks, `snapshot()`)
+        find this optimizer's live variables, when they are not in its
+        variables: on JAX, the `optimizer_variables` a hand-written
+        `jax.jit` loop threads through `stateless_apply` (a list in the
+        order of `variables`, or a callable returning one; None: the
+        variables). `fit` needs nothing: the callbacks read the trainer's
+        state.
+
+        Example:
+
+        >>> optimizer.use_state(lambda: opt_vars)  # doctest: +SKIP
         """
-        inner, monitor = self.inner_optimizer, self.monitor
-        scale = loss_scale.current_scale(inner)
-        measured = loss_scale.unscale(self._readable(summed), scale)
-        if not loss_scale.is_loss_scaler(inner):
-            done = monitor.process(self.iterations, measured, indices)
-            return self._handed_on(summed, done.grads, scale), done.apply
-        outcome = monitor.clip(measured, indices)
-        handed_on = self._handed_on(summed, outcome and outcome.grads, scale)
-        verdict = loss_scale.will_apply(inner, handed_on)
-        monitor.count_skipped(verdict)
-        monitor.measure(
-            self.iterations, measured, indices, outcome, verdict, loss_scale=scale
-        )
-        return handed_on, True
+        live = values if callable(values) or values is None else (lambda: values)
+        self._live_state = live
+        if self.built:
+            self.monitor.state.source = self._read_live
 
-    def _readable(self, grads: list) -> list:
-        """What the monitor reads: under XLA without clipping, exact copies
-        of the gradients, so that XLA compiles the inner update as it would
-        unwrapped, bit for bit (see `graph.exact_copies`)."""
-        if self.monitor.clip_rule is not None or not in_xla_context():
-            return grads
-        zero = tf.cast(tf.less(self.inner_optimizer.iterations, 0), tf.int32)
-        return exact_copies(grads, zero)
+    def bind_model(self, model: Any) -> None:
+        """Reads the live state from `model`'s trainer during `fit` (JAX keeps
+        it outside the variables, in `model._jax_state`, until the epoch
+        ends); a no-op on TensorFlow."""
+        if keras.backend.backend() == "jax":
+            from keras_gradmon.adapters import keras3_jax
 
-    def _handed_on(self, summed: list, clipped: list | None, scale: Any) -> list:
-        """The summed gradients themselves unless clipping changed them,
-        then the clipped ones, scaled back."""
-        if self.monitor.clip_rule is None or clipped is None:
-            return summed
-        return loss_scale.rescale(clipped, scale, like=summed)
+            self.use_state(keras3_jax.fit_state(model))
+
+    def read_iterations(self) -> int:
+        """The inner optimizer's step count, read on the host (from the live
+        state on JAX)."""
+        if getattr(self, "_live_state", None) is None:
+            return int(keras.ops.convert_to_numpy(self.iterations.value))
+        [count] = self._read_live([self.iterations])
+        return int(keras.ops.convert_to_numpy(count))
+
+    def _read_live(self, variables: list) -> list:
+        live = self._live_state() if self._live_state is not None else None
+        if live is None:
+            return [v.value for v in variables]
+        position = {id(v): k for k, v in enumerate(self.variables)}
+        return [live[position[id(v)]] for v in variables]
 
     # Serialization: the inner optimizer with the framework's own functions.
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_gradmon import distribute
 from keras_gradmon.adapters.base import (
     MonitoredOptimizer,
     check_not_monitored,
-    check_step,
     present_rows,
     resolve_config,
 )
@@ -25,6 +25,32 @@ from keras_gradmon.monitor import GradientMonitor
 from keras_gradmon.recorders.graph_writer import write_recorded
 
 _MEASURING = contextvars.ContextVar("keras_gradmon_measuring", default=True)
+
+
+def make_tf_variable(
+    name: str, shape: tuple, dtype: str, initial: float
+) -> tf.Variable:
+    """A non-trainable `tf.Variable`, one copy per replica under a strategy
+    (see `keras_gradmon.distribute`)."""
+    return tf.Variable(
+        tf.fill(shape, tf.cast(initial, dtype)),
+        trainable=False,
+        name=name,
+        synchronization=distribute.SYNCHRONIZATION,
+        aggregation=distribute.AGGREGATION,
+    )
+
+
+def check_step(step: Any) -> tf.Variable | None:
+    """`step` if it is None or an integer `tf.Variable`."""
+    if step is not None and not (
+        isinstance(step, tf.Variable) and step.dtype.is_integer
+    ):
+        raise ValueError(
+            "`step` must be an integer tf.Variable (such as "
+            f"`agent.train_step_counter`) or None. Received: step={step!r}"
+        )
+    return step
 
 
 @contextlib.contextmanager

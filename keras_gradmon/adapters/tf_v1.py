@@ -10,8 +10,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_gradmon import distribute
-from keras_gradmon.adapters.base import make_tf_variable
-from keras_gradmon.adapters.stepped import StepAdapter
+from keras_gradmon.adapters.stepped import StepAdapter, make_tf_variable
 from keras_gradmon.graph import unconverted
 
 _V1_BASE = tf.compat.v1.train.Optimizer

@@ -148,3 +148,95 @@ def wide_float() -> str:
     True
     """
     return current().wide_float()
+
+
+def state_dtype(dtype: str) -> str:
+    """The dtype a state variable declared `dtype` gets on this backend:
+    int64 is int32 on JAX without `jax_enable_x64` (which has no int64).
+
+    Example:
+
+    >>> state_dtype("float32")
+    'float32'
+    """
+    return current().state_dtype(dtype)
+
+
+def step_dtype() -> str:
+    """The integer dtype steps are counted in inside the step: int64, or
+    int32 on JAX without `jax_enable_x64`.
+
+    Example:
+
+    >>> step_dtype() in ("int64", "int32")
+    True
+    """
+    return state_dtype("int64")
+
+
+def update_if(pred: Tensor | bool, fn: Callable[[dict], dict], store: Any) -> None:
+    """Replaces the values of `store` by `fn(values)` where `pred` holds.
+
+    `fn` is pure: it maps a dict of state values to a dict with the same
+    keys, dtypes and shapes. `store` has `read() -> dict` and
+    `write(dict)`. On TensorFlow `fn` runs, and its results are assigned,
+    inside a conditional whose untaken branch costs nothing; on JAX the
+    conditional returns the values (`lax.cond`) and they are written after
+    it, as Keras's JAX optimizers do (no side effect in a branch). A Python
+    bool is known while tracing: no conditional.
+
+    Example:
+
+    >>> update_if(True, lambda v: {"n": v["n"] + 1}, store)  # doctest: +SKIP
+    """
+    if isinstance(pred, bool):
+        if pred:
+            store.write(fn(store.read()))
+        return
+    current().update_if(pred, fn, store)
+
+
+def capture(variables: Sequence[Any], source: Callable | None, cache: dict) -> Any:
+    """The values of the state `variables`, captured on the host without
+    waiting for the device, as a sequence of array-likes (`np.asarray` of
+    each gives its numbers). `source` maps the variables to their live
+    values where the framework keeps them outside the variables (JAX's
+    `fit`), None to read the variables; `cache` keeps per-variable readers.
+
+    Example:
+
+    >>> count, = capture([optimizer.iterations], None, {})  # doctest: +SKIP
+    """
+    return current().capture(variables, source, cache)
+
+
+def barrier(values: list[Any], zero: Tensor) -> list[Any]:
+    """Bit-exact copies of `values` (None kept) that the compiler cannot fuse
+    into their other readers: the monitor's own reader of the gradients, so
+    the inner optimizer's update compiles as it would unwrapped
+    (`graph.exact_copies` on TensorFlow, `lax.optimization_barrier` on
+    JAX). `zero` is a runtime integer 0.
+
+    Example:
+
+    >>> barrier([None], zero)  # doctest: +SKIP
+    [None]
+    """
+    return current().barrier(values, zero)
+
+
+def unconverted(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function`, left unconverted by AutoGraph on TensorFlow
+    (`graph.unconverted`); itself on other backends.
+
+    Example:
+
+    >>> @unconverted
+    ... def step(x):
+    ...     return x + 1
+    """
+    if keras.backend.backend() != "tensorflow":
+        return function
+    from keras_gradmon.graph import unconverted as on_tensorflow
+
+    return on_tensorflow(function)

@@ -9,9 +9,19 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from keras import ops
 
-__all__ = ["bincount", "cond", "densify", "global_norm", "num_elements"]
+__all__ = [
+    "barrier",
+    "bincount",
+    "capture",
+    "cond",
+    "densify",
+    "global_norm",
+    "num_elements",
+    "update_if",
+]
 
 
 def cond(
@@ -97,3 +107,87 @@ def wide_float() -> str:
     True
     """
     return "float64" if jax.config.jax_enable_x64 else "float32"
+
+
+def state_dtype(dtype: str) -> str:
+    """int32 for int64 without `jax_enable_x64`, else `dtype`.
+
+    Example:
+
+    >>> state_dtype("float32")
+    'float32'
+    """
+    if dtype == "int64" and not jax.config.jax_enable_x64:
+        return "int32"
+    return dtype
+
+
+def update_if(pred: jax.Array, fn: Callable[[dict], dict], store: Any) -> None:
+    """`store.write(lax.cond(pred, fn, identity, store.read()))`: the
+    branches return the state; nothing is assigned inside them."""
+    values = store.read()
+    store.write(jax.lax.cond(pred, fn, lambda v: v, values))
+
+
+def barrier(values: list, zero: Any) -> list:
+    """`lax.optimization_barrier` of the arrays of `values` (None kept).
+
+    Example:
+
+    >>> barrier([None, jnp.ones(2)], 0)[1].tolist()
+    [1.0, 1.0]
+    """
+    present = [v for v in values if v is not None]
+    copies = iter(jax.lax.optimization_barrier(present))
+    return [None if v is None else next(copies) for v in values]
+
+
+@jax.jit
+def _pack(arrays: list[jax.Array]) -> jax.Array:
+    """Every array's bytes, flat, in one uint8 buffer."""
+    parts = [jax.lax.bitcast_convert_type(a, jnp.uint8).reshape(-1) for a in arrays]
+    return jnp.concatenate(parts)
+
+
+class Captured(Sequence):
+    """Arrays captured for the host with one device-to-host transfer: packed
+    on the device into one buffer whose copy starts at once
+    (`copy_to_host_async`); the first item read waits for it and unpacks
+    every array as NumPy.
+
+    Example:
+
+    >>> captured = Captured([jnp.arange(3), jnp.ones([2])])
+    >>> captured[0].tolist(), captured[1].tolist()
+    ([0, 1, 2], [1.0, 1.0])
+    """
+
+    def __init__(self, arrays: Sequence[jax.Array]) -> None:
+        arrays = [jnp.asarray(a) for a in arrays]
+        self._specs = [(a.shape, np.dtype(a.dtype)) for a in arrays]
+        self._buffer = _pack([a.reshape(-1) for a in arrays])
+        self._buffer.copy_to_host_async()
+        self._host: list[np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if self._host is None:
+            self._host = self._unpack(np.asarray(self._buffer))
+        return self._host[index]
+
+    def _unpack(self, raw: np.ndarray) -> list[np.ndarray]:
+        arrays, start = [], 0
+        for shape, dtype in self._specs:
+            size = math.prod(shape) * dtype.itemsize
+            arrays.append(raw[start : start + size].view(dtype).reshape(shape))
+            start += size
+        return arrays
+
+
+def capture(variables: Sequence[Any], source: Callable | None, cache: dict) -> Captured:
+    """The live values of `variables` (from `source`, else the variables'
+    own), with one asynchronous host transfer (`Captured`)."""
+    values = source(variables) if source is not None else [v.value for v in variables]
+    return Captured(values)

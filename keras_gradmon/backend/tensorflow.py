@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from keras_gradmon.graph import exact_copies, run_if
 from keras_gradmon.graph import gate as cond
 from keras_gradmon.stats.layout import _BLOCKS, _MIN_BLOCK, Layout
 
@@ -111,3 +112,26 @@ def divide(x: tf.Tensor, divisor: tf.Tensor) -> tf.Tensor:
 def wide_float() -> str:
     """float64."""
     return "float64"
+
+
+def state_dtype(dtype: str) -> str:
+    """`dtype` itself: TensorFlow has every dtype."""
+    return dtype
+
+
+def update_if(pred: tf.Tensor, fn, store) -> None:
+    """`fn`'s results assigned inside the taken branch of `graph.run_if`."""
+    run_if(pred, lambda: store.write(fn(store.read())))
+
+
+def capture(variables, source, cache: dict) -> tuple:
+    """Raw eager reads of `variables` (`reading.Reader`, cached by id)."""
+    from keras_gradmon.reading import Reader
+
+    readers = [cache.setdefault(id(v), Reader(v)) for v in variables]
+    return tuple(read() for read in readers)
+
+
+def barrier(values: list, zero: tf.Tensor) -> list:
+    """`graph.exact_copies`."""
+    return exact_copies(values, zero)

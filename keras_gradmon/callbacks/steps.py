@@ -9,7 +9,11 @@ from keras_gradmon.adapters.base import MonitoredOptimizer, find_monitored
 
 
 def optimizer_step(optimizer: Any) -> int:
-    """The optimizer's iteration count, as a Python int (one host read)."""
+    """The optimizer's iteration count, as a Python int (one host read; from
+    the trainer's live state on JAX, where `fit` keeps it)."""
+    read = getattr(optimizer, "read_iterations", None)
+    if read is not None:
+        return read()
     return int(optimizer.iterations.numpy())
 
 
@@ -26,10 +30,10 @@ def monitored_optimizer(
     >>> monitored_optimizer("GradientSummaryCallback", None, model)  # doctest: +SKIP
     """
     if optimizer is not None:
-        return find_monitored(optimizer)
+        return _bound(find_monitored(optimizer), model)
     found = getattr(model, "optimizer", None)
     try:
-        return find_monitored(found)
+        return _bound(find_monitored(found), model)
     except ValueError as error:
         raise ValueError(
             f"{callback} reads the model's optimizer, {found!r}, which "
@@ -38,6 +42,15 @@ def monitored_optimizer(
             "then makes an optimizer of its own), pass it to the callback: "
             f"{callback}(..., optimizer=my_monitored_optimizer). ({error})"
         ) from None
+
+
+def _bound(monitored: MonitoredOptimizer, model: Any) -> MonitoredOptimizer:
+    """`monitored`, told to read its live state from `model`'s trainer (JAX
+    keeps it outside the variables during `fit`)."""
+    bind = getattr(monitored, "bind_model", None)
+    if bind is not None and model is not None:
+        bind(model)
+    return monitored
 
 
 class StepTracker:

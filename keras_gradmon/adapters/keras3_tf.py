@@ -1,0 +1,62 @@
+"""The Keras 3 adapter's step on TensorFlow: sum across replicas, clip,
+decide the skip, measure, then the inner optimizer's own `apply` (gated
+where a step may be skipped)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from keras_gradmon import distribute, loss_scale
+from keras_gradmon.adapters.keras3 import handed_on
+from keras_gradmon.graph import exact_copies, in_xla_context
+
+
+def apply(wrapper: Any, grads: list, variables: list) -> None:
+    """`wrapper.apply(grads, variables)` on TensorFlow (see
+    `GradientMonitorOptimizer`)."""
+    indices = [wrapper._get_variable_index(v) for v in variables]
+    summed = distribute.all_reduce_sum(grads)
+    with keras.name_scope(wrapper.name, caller=wrapper):
+        handed_on, verdict = _monitored(wrapper, summed, indices)
+    inner = wrapper.inner_optimizer
+    with distribute.keras_reduction_disabled(inner):
+        if verdict is True:
+            inner.apply(handed_on, variables)
+        else:
+            distribute.apply_if(verdict, inner.apply, (handed_on, variables))
+
+
+def _monitored(wrapper: Any, summed: list, indices: list) -> tuple[list, Any]:
+    """`(gradients for the inner optimizer, whether to apply them)`.
+
+    The statistics are of the unscaled gradients when the inner
+    optimizer scales the loss; a `LossScaleOptimizer` inside decides the
+    skips itself, by its own test on exactly what it will be given.
+    """
+    inner, monitor = wrapper.inner_optimizer, wrapper.monitor
+    scale = loss_scale.current_scale(inner)
+    measured = loss_scale.unscale(_readable(wrapper, summed), scale)
+    if not loss_scale.is_loss_scaler(inner):
+        done = monitor.process(wrapper.iterations, measured, indices)
+        return handed_on(wrapper.monitor, summed, done.grads, scale), done.apply
+    outcome = monitor.clip(measured, indices)
+    given = handed_on(wrapper.monitor, summed, outcome and outcome.grads, scale)
+    verdict = loss_scale.will_apply(inner, given)
+    monitor.count_skipped(verdict)
+    monitor.measure(
+        wrapper.iterations, measured, indices, outcome, verdict, loss_scale=scale
+    )
+    return given, True
+
+
+def _readable(wrapper: Any, grads: list) -> list:
+    """What the monitor reads: under XLA without clipping, exact copies
+    of the gradients, so that XLA compiles the inner update as it would
+    unwrapped, bit for bit (see `graph.exact_copies`)."""
+    if wrapper.monitor.clip_rule is not None or not in_xla_context():
+        return grads
+    zero = tf.cast(tf.less(wrapper.inner_optimizer.iterations, 0), tf.int32)
+    return exact_copies(grads, zero)
