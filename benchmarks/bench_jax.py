@@ -1,0 +1,129 @@
+"""Overhead of keras_gradmon in `model.fit` on Keras 3's JAX backend.
+
+Times epochs of `model.fit` (`--steps` steps each, 256 by default) of the
+MLP 64-512-512-10 (`_models.py`) for each variant, interleaved:
+
+  A        plain `model.fit`, Adam(1e-3): the baseline (JAX jit, XLA).
+  B        statistics every step (no histograms) + GradientSummaryCallback.
+                                                             Target <= 1.30x.
+  B-no-cb  B without the callback (the in-step cost).
+  C        every 100 steps, + callback.                      Target <= 1.02x.
+  D        C + histograms every 100 steps.
+
+`first fit` is each variant's first fit of a single batch on a fresh
+model: compilation and one step; its ratio to A's has the target <= 1.3x.
+
+    .venv/bin/python benchmarks/bench_jax.py --markdown
+    .venv/bin/python benchmarks/bench_jax.py --quick    # smoke run
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["KERAS_BACKEND"] = "jax"
+
+import argparse
+import platform
+import tempfile
+import time
+
+import jax
+import keras
+from _models import MODELS
+from _timing import cpu_count, format_table, interleaved_times, summarize
+
+import keras_gradmon
+from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
+
+EVERY = {"every_n_steps": 1, "histogram_every_n_steps": None}
+HUNDRED = {"every_n_steps": 100, "histogram_every_n_steps": None}
+VARIANTS = {
+    "A": (None, False),
+    "B": (EVERY, True),
+    "B-no-cb": (EVERY, False),
+    "C": (HUNDRED, True),
+    "D": ({**HUNDRED, "histogram_every_n_steps": 100}, True),
+}
+TARGETS = {"B": 1.30, "C": 1.02}
+
+
+def fitter(variant: str, x, y, log_dir: str, batch: int):
+    """A fresh compiled MLP of `variant` and a one-epoch fit of it."""
+    options, with_callback = VARIANTS[variant]
+    optimizer = keras.optimizers.Adam(1e-3)
+    if options is not None:
+        optimizer = GradientMonitorOptimizer(optimizer, **options)
+    callbacks = [GradientSummaryCallback(log_dir)] if with_callback else []
+    keras.utils.set_random_seed(0)
+    model = MODELS["mlp"].build()
+    model.compile(
+        optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+
+    def one_epoch() -> None:
+        model.fit(x, y, batch_size=batch, epochs=1, verbose=0, callbacks=callbacks)
+
+    return one_epoch
+
+
+def compile_times(variants: list[str], log_root: str) -> dict[str, float]:
+    """Seconds of each variant's first fit of one batch (fresh model)."""
+    spec = MODELS["mlp"]
+    x, y = spec.data(1)
+    seconds = {}
+    for variant in variants:
+        fit = fitter(variant, x, y, os.path.join(log_root, "c", variant), spec.batch)
+        start = time.perf_counter()
+        fit()
+        seconds[variant] = time.perf_counter() - start
+    return seconds
+
+
+def bench(variants: list[str], reps: int, steps: int, log_root: str) -> list[dict]:
+    spec = MODELS["mlp"]
+    x, y = spec.data(steps)
+    compiled = compile_times(variants, log_root)
+    units = {}
+    for variant in variants:
+        log_dir = os.path.join(log_root, variant)
+        units[variant] = fitter(variant, x, y, log_dir, spec.batch)
+        units[variant]()  # compiles
+    cpu: dict = {}
+    times = interleaved_times(units, reps, cpu)
+    rows = summarize(times, "A", TARGETS, cpu)
+    for row in rows:
+        row["model"] = "mlp (jax)"
+        row["first_fit"] = compiled[row["name"]]
+        row["first_fit_ratio"] = compiled[row["name"]] / compiled["A"]
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, help="repetitions (default 9)")
+    parser.add_argument("--steps", type=int, help="steps an epoch (default 256)")
+    parser.add_argument("--variants", help="comma-separated (default: all)")
+    parser.add_argument("--quick", action="store_true", help="32 steps, 2 reps")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    steps = args.steps or (32 if args.quick else 256)
+    reps = args.reps or (2 if args.quick else 9)
+    variants = args.variants.split(",") if args.variants else list(VARIANTS)
+    variants = variants if "A" in variants else ["A", *variants]
+    print(
+        f"python {platform.python_version()}, jax {jax.__version__}, keras "
+        f"{keras.__version__}, keras_gradmon {keras_gradmon.__version__}, "
+        f"cpus {cpu_count()}, devices {jax.devices()}; mlp, {steps} steps, "
+        f"{reps} reps",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="bench_jax_") as log_root:
+        rows = bench(variants, reps, steps, log_root)
+    print(format_table(rows))
+    if args.markdown:
+        print(format_table(rows, markdown=True))
+
+
+if __name__ == "__main__":
+    main()

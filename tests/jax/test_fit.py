@@ -1,0 +1,181 @@
+"""`GradientMonitorOptimizer` in Keras 3's JAX `fit`: training unchanged bit
+for bit, one compile, no device-to-host transfer on steps with nothing due,
+the callbacks reading the trainer's live state, and skipped steps."""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import keras
+import numpy as np
+import pytest
+
+import keras_gradmon
+from keras_gradmon import GradientMonitorOptimizer
+from tests.jax.models import compiled, data, states_equal
+
+
+def _fit(optimizer, steps: int, callbacks=(), batch_size: int = 8, seed: int = 0):
+    model = compiled(optimizer, seed)
+    x, y = data(steps * batch_size)
+    model.fit(
+        x,
+        y,
+        batch_size=batch_size,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=list(callbacks),
+    )
+    return model
+
+
+def _inner_state(optimizer) -> list:
+    return [keras.ops.convert_to_numpy(v) for v in optimizer.variables]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(every_n_steps=7, histogram_every_n_steps=5),
+        dict(every_n_steps=1, weight_statistics=False),
+    ],
+)
+def test_training_unchanged_for_200_steps(options):
+    plain = _fit(keras.optimizers.Adam(1e-3), 200)
+    monitored = GradientMonitorOptimizer(keras.optimizers.Adam(1e-3), **options)
+    wrapped = _fit(monitored, 200)
+    assert states_equal(plain.get_weights(), wrapped.get_weights())
+    assert states_equal(
+        _inner_state(plain.optimizer), _inner_state(monitored.inner_optimizer)
+    )
+    snapshot = monitored.snapshot()
+    assert snapshot.step == (196 if options["every_n_steps"] == 7 else 199)
+    assert np.isfinite(snapshot.totals["grad_norm"])
+
+
+class _Compiles(logging.Handler):
+    """Counts XLA compilations of the train step (`jax_log_compiles`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Compiling") and "train_step" in message:
+            self.count += 1
+
+
+def test_train_step_compiles_once_across_due_and_skipped_steps():
+    monitored = GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-3),
+        every_n_steps=3,
+        histogram_every_n_steps=4,
+        skip_nonfinite=True,
+    )
+    counter = _Compiles()
+    logging.getLogger("jax").addHandler(counter)
+    jax.config.update("jax_log_compiles", True)
+    try:
+        model = compiled(monitored)
+        x, y = data(96)
+        x[40] = np.nan  # the sixth batch's gradients are NaN: skipped
+        model.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    finally:
+        jax.config.update("jax_log_compiles", False)
+        logging.getLogger("jax").removeHandler(counter)
+    assert counter.count == 1
+    assert monitored.snapshot().totals["skipped_steps"] == 2.0  # once an epoch
+    assert int(monitored.read_iterations()) == 22
+
+
+class _Batches(keras.callbacks.Callback):
+    """Notes the batch in progress, and guards it against device-to-host
+    transfers where nothing is due (the guard is what catches a transfer on
+    an accelerator; on CPU, where arrays live on the host, JAX does not
+    guard, so the host reads of the state are counted too)."""
+
+    def __init__(self, quiet: set[int]) -> None:
+        super().__init__()
+        self.quiet, self.batch, self.guard = quiet, None, None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.batch = batch
+        if batch in self.quiet:
+            self.guard = jax.transfer_guard_device_to_host("disallow")
+            self.guard.__enter__()
+
+    def close(self) -> None:
+        if self.guard is not None:
+            self.guard.__exit__(None, None, None)
+            self.guard = None
+
+
+class _Release(keras.callbacks.Callback):
+    def __init__(self, batches: _Batches) -> None:
+        super().__init__()
+        self.batches = batches
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches.close()
+
+
+def test_steps_with_nothing_due_make_no_host_transfer(tmp_path, monkeypatch):
+    from keras_gradmon import backend
+
+    monitored = GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-3), every_n_steps=10, histogram_every_n_steps=20
+    )
+    # Batch 0 is due (and calibrates the steps per batch); 10 and 20 are due.
+    batches = _Batches(quiet={b for b in range(1, 30) if b % 10})
+    reads: list = []
+    capture = backend.capture
+
+    def counted(*args):
+        reads.append(batches.batch)
+        return capture(*args)
+
+    monkeypatch.setattr(backend, "capture", counted)
+    callbacks = [
+        batches,
+        keras_gradmon.GradientSummaryCallback(str(tmp_path)),
+        keras_gradmon.GradientAlertCallback(),
+        _Release(batches),
+    ]
+    _fit(monitored, 30, callbacks)
+    assert reads and set(reads) <= {0, 10, 20, 29}  # 29: the end of training
+    assert monitored.snapshot().step == 20
+
+
+def test_summaries_read_the_trainers_live_state(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import (
+        EventAccumulator,
+    )
+
+    monitored = GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-3), every_n_steps=4, histogram_every_n_steps=8
+    )
+    logs = []
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs_=None, **kw: logs.append(
+            dict(kw.get("logs") or logs_ or {})
+        )
+    )
+    summary = keras_gradmon.GradientSummaryCallback(str(tmp_path))
+    _fit(monitored, 24, [summary, record])
+    events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0}).Reload()
+    written = {e.step: e for e in events.Tensors("grad_norm/global")}
+    assert sorted(written) == list(range(0, 24, 4))
+    for step, event in written.items():
+        value = float(np.asarray(jax.numpy.asarray(0)) + _scalar(event))
+        assert value == pytest.approx(logs[step]["grad_norm"], rel=1e-6)
+    histograms = events.Tensors("grad_hist/" + monitored.monitor.paths[0])
+    assert [e.step for e in histograms] == [0, 8, 16]
+
+
+def _scalar(event) -> float:
+    from tensorboard.util import tensor_util
+
+    return float(tensor_util.make_ndarray(event.tensor_proto))
