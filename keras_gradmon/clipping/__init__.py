@@ -3,17 +3,19 @@
 Optax style: a rule holds validated hyper-parameters; `state_spec()` names
 the variables it needs and `clip()` maps (grads, weights, global norm,
 state values) to a `ClipResult` (clipped grads, new state values, post-clip
-norm) with plain tensor math. The caller creates the variables, computes
-the global norm (`global_norm`, overflow-safe) and assigns the new state.
+norm) with plain tensor math in `keras.ops`: the same code runs on the
+TensorFlow backend (eagerly, in `tf.function`, under XLA) and under
+`jax.jit`. The caller creates the variables, computes the global norm
+(`global_norm_of`, overflow-safe) and assigns the new state.
 
 Example:
 
->>> import tensorflow as tf
+>>> from keras import ops
 >>> rule = make_clip_rule("global_norm", max_norm=1.0)
->>> grads = [tf.constant([6.0, 8.0])]
+>>> grads = [ops.convert_to_tensor([6.0, 8.0])]
 >>> result = rule.clip(grads, [], global_norm_of(grads), {})
->>> [round(x, 3) for x in result.grads[0].numpy().tolist()], result.state
-([0.6, 0.8], {})
+>>> [round(x, 3) for x in ops.convert_to_numpy(result.grads[0]).tolist()]
+[0.6, 0.8]
 """
 
 from __future__ import annotations
@@ -29,10 +31,9 @@ from keras_gradmon.clipping.base import (
     StateSpec,
     as_gradient,
     global_norm_of,
-    post_clip_norm,
-    scale_by_global_norm,
 )
 from keras_gradmon.clipping.global_norm import GlobalNormClip
+from keras_gradmon.clipping.scaling import post_clip_norm, scale_by_global_norm
 from keras_gradmon.clipping.zclip import ZCLIP_MODES, ZClip
 
 #: Rule class for each method name accepted by `make_clip_rule`.

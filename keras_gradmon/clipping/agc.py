@@ -10,11 +10,13 @@ Without Normalization" (NFNets), ICML 2021 (arXiv:2102.06171). Followed:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import tensorflow as tf
+from keras import ops
 
-from keras_gradmon import _validation
+from keras_gradmon import _validation, backend
+from keras_gradmon.backend import Tensor
+from keras_gradmon.clipping._gradients import with_static_shape
 from keras_gradmon.clipping.base import (
     ClipResult,
     GlobalNorm,
@@ -22,14 +24,14 @@ from keras_gradmon.clipping.base import (
     compute_dtype,
     global_norm_of,
 )
-from keras_gradmon.stats.layout import densify
+from keras_gradmon.clipping.scaling import scaled_norm
 
 # Guards the division where a unit's gradient norm is 0 (the reference's
 # `max(||G||, 1e-6)`); it cannot engage, as a zero unit is never clipped.
 _DIV_EPS = 1e-6
 
 
-def unitwise_axes(shape: tf.TensorShape) -> list[int] | None:
+def unitwise_axes(shape: Any) -> list[int] | None:
     """The axes `unitwise_norm` reduces over for a tensor of `shape`.
 
     As in the NFNets reference and optax: tensors with at most one
@@ -39,38 +41,37 @@ def unitwise_axes(shape: tf.TensorShape) -> list[int] | None:
     rank 4 (Conv2D kernel HWIO) reduces (0, 1, 2). Rank 5 and up (Conv3D
     DHWIO), which the references reject, reduce every axis but the last.
 
+    Args:
+        shape: A tuple, or a `tf.TensorShape` (of known rank).
+
     Example:
 
-    >>> unitwise_axes(tf.TensorShape([3, 3, 8, 16]))
+    >>> unitwise_axes((3, 3, 8, 16))
     [0, 1, 2]
     """
-    rank = shape.rank
-    if rank is None:
+    if getattr(shape, "rank", 0) is None:
         raise ValueError(f"AGC needs tensors of known rank. Received: shape={shape}")
-    if sum(1 for d in shape if d != 1) <= 1:
+    dims = tuple(shape)
+    if sum(1 for d in dims if d != 1) <= 1:
         return None
-    if rank in (2, 3):
+    if len(dims) in (2, 3):
         return [0]
-    return list(range(rank - 1))
+    return list(range(len(dims) - 1))
 
 
-def _unit_parts(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """`(largest, relative)` per unit: the unit's largest |x| and the norm of
-    `x / largest` (in [1, sqrt(size)]), so that norm = largest * relative
-    without squaring values near the float32 limit (1e30) or tiny ones."""
-    axes = unitwise_axes(x.shape)
-    largest = tf.reduce_max(tf.abs(x), axis=axes, keepdims=True)
-    scale = tf.where(largest > 0, largest, tf.ones_like(largest))
-    relative = tf.sqrt(tf.reduce_sum(tf.square(x / scale), axis=axes, keepdims=True))
-    return scale, relative
+def _unit_parts(x: Tensor) -> tuple[Tensor, Tensor]:
+    """`scaled_norm` of each unit of `x`: `(largest, relative)`, so that
+    norm = largest * relative without overflow (1e30) or underflow."""
+    return scaled_norm(x, unitwise_axes(x.shape))
 
 
-def unitwise_norm(x: tf.Tensor) -> tf.Tensor:
+def unitwise_norm(x: Tensor) -> Tensor:
     """L2 norm of each output unit of `x`, broadcastable against `x`.
 
     Example:
 
-    >>> unitwise_norm(tf.constant([[3.0, 0.0], [4.0, 1.0]])).numpy().tolist()
+    >>> x = ops.convert_to_tensor([[3.0, 0.0], [4.0, 1.0]])
+    >>> ops.convert_to_numpy(unitwise_norm(x)).tolist()
     [[5.0, 1.0]]
     """
     scale, relative = _unit_parts(x)
@@ -95,9 +96,10 @@ class AdaptiveGradientClip:
 
     >>> from keras_gradmon.clipping import global_norm_of
     >>> rule = AdaptiveGradientClip(clipping=0.1)
-    >>> w, g = tf.constant([[3.0], [4.0]]), tf.constant([[0.0], [2.0]])
+    >>> w = ops.convert_to_tensor([[3.0], [4.0]])
+    >>> g = ops.convert_to_tensor([[0.0], [2.0]])
     >>> result = rule.clip([g], [w], global_norm_of([g]), {})
-    >>> result.grads[0].numpy().ravel().tolist()  # ||W|| = 5: ||G|| <= 0.5
+    >>> ops.convert_to_numpy(result.grads[0]).ravel().tolist()  # ||G|| <= 0.5
     [0.0, 0.5]
     """
 
@@ -115,10 +117,10 @@ class AdaptiveGradientClip:
 
     def clip(
         self,
-        grads: list[tf.Tensor],
-        weights: list[tf.Tensor],
+        grads: list[Any],
+        weights: list[Tensor],
         norm: GlobalNorm,
-        state: dict[str, tf.Tensor],
+        state: dict[str, Tensor],
     ) -> ClipResult:
         del norm, state  # unit-wise and stateless
         if len(grads) != len(weights):
@@ -126,24 +128,27 @@ class AdaptiveGradientClip:
                 "AGC needs one weight per gradient. Received: "
                 f"{len(grads)} gradients and {len(weights)} weights"
             )
-        clipped = []
-        for g, w in zip(grads, weights):
-            # Units span rows: a `tf.IndexedSlices` is clipped dense. The
-            # weight's static shape stands for a gradient's unknown one.
-            g = densify(g)
-            if not g.shape.is_fully_defined():
-                g = tf.ensure_shape(g, w.shape)
-            dtype = compute_dtype(g.dtype)
-            g32 = tf.cast(g, dtype)
-            w_norm = unitwise_norm(tf.cast(w, dtype))
-            scale, relative = _unit_parts(g32)
-            g_norm = scale * relative  # Inf past float32: then it clips
-            max_norm = self.clipping * tf.maximum(w_norm, self.eps)
-            # G * max_norm / ||G||, as (G / scale) * (max_norm / relative):
-            # no intermediate overflows, even when ||G|| does not fit.
-            floor = _DIV_EPS / scale
-            scaled = (g32 / scale) * (max_norm / tf.maximum(relative, floor))
-            clipped.append(tf.where(g_norm < max_norm, g, tf.cast(scaled, g.dtype)))
+        clipped = [self._clip_one(g, w) for g, w in zip(grads, weights)]
         after = global_norm_of(clipped)
-        post = tf.where(after.finite, after.clamped, float("nan"))
+        post = ops.where(after.finite, after.clamped, float("nan"))
         return ClipResult(clipped, {}, post)
+
+    def _clip_one(self, g: Any, w: Tensor) -> Tensor:
+        """The clipped dense gradient `g` of the weight `w`."""
+        # Units span rows: a `tf.IndexedSlices` is clipped dense. The
+        # weight's static shape stands for a gradient's unknown one.
+        g = with_static_shape(backend.densify(g), w.shape)
+        if backend.num_elements(g) == 0:
+            return g  # no unit to clip
+        dtype = compute_dtype(g.dtype)
+        g32 = ops.cast(g, dtype)
+        w_norm = unitwise_norm(ops.cast(w, dtype))
+        scale, relative = _unit_parts(g32)
+        g_norm = scale * relative  # Inf past float32: then it clips
+        max_norm = self.clipping * ops.maximum(w_norm, self.eps)
+        # G * max_norm / ||G||, as (G / scale) * (max_norm / relative):
+        # no intermediate overflows, even when ||G|| does not fit.
+        floor = _DIV_EPS / scale
+        ratio = backend.divide(g32, scale)
+        scaled = ratio * (max_norm / ops.maximum(relative, floor))
+        return ops.where(g_norm < max_norm, g, ops.cast(scaled, g.dtype))

@@ -14,18 +14,14 @@ finite norms instead of an unbounded list (like the authors' later
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import tensorflow as tf
+from keras import ops
 
 from keras_gradmon import _validation
-from keras_gradmon.clipping.base import (
-    ClipResult,
-    GlobalNorm,
-    StateSpec,
-    post_clip_norm,
-    scale_by_global_norm,
-)
+from keras_gradmon.backend import Tensor
+from keras_gradmon.clipping.base import ClipResult, GlobalNorm, StateSpec, wide_int
+from keras_gradmon.clipping.scaling import post_clip_norm, scale_by_global_norm
 
 
 @dataclass(frozen=True)
@@ -34,8 +30,9 @@ class AutoClip:
 
     State: `buffer` (the last `history` finite global norms, a ring) and
     `count` (how many finite norms were ever appended; the write position is
-    `count % history`). A non-finite norm is not appended and gives NaN
-    gradients, as `tf.clip_by_global_norm` does.
+    `count % history`; int32 on JAX without `jax_enable_x64`). A non-finite
+    norm is not appended and gives NaN gradients, as `tf.clip_by_global_norm`
+    does.
 
     Args:
         percentile: In [0, 100]; 10 is the paper's recommendation.
@@ -45,12 +42,12 @@ class AutoClip:
 
     >>> from keras_gradmon.clipping import global_norm_of
     >>> rule = AutoClip(percentile=50.0, history=4)
-    >>> state = {"buffer": tf.constant([1.0, 2.0, 0.0, 0.0]),
-    ...          "count": tf.constant(2, tf.int64)}
-    >>> g = [tf.constant([0.0, 9.0])]
+    >>> state = {"buffer": ops.convert_to_tensor([1.0, 2.0, 0.0, 0.0]),
+    ...          "count": ops.convert_to_tensor(2, "int64")}
+    >>> g = [ops.convert_to_tensor([0.0, 9.0])]
     >>> result = rule.clip(g, g, global_norm_of(g), state)
-    >>> float(rule.threshold(result.state)), result.grads[0].numpy().tolist()
-    (2.0, [0.0, 2.0])
+    >>> float(rule.threshold(result.state)), ops.convert_to_numpy(result.grads[0])
+    (2.0, array([0., 2.], dtype=float32))
     """
 
     name: ClassVar[str] = "autoclip"
@@ -71,55 +68,65 @@ class AutoClip:
             "count": ((), "int64", 0.0),
         }
 
-    def threshold(self, state: dict[str, tf.Tensor]) -> tf.Tensor:
+    def threshold(self, state: dict[str, Tensor]) -> Tensor:
         """The percentile of the valid entries of `state["buffer"]`.
 
         Linear interpolation between order statistics, as
         `np.percentile(values, percentile, method="linear")`. +inf while the
         buffer is empty.
+
+        Example:
+
+        >>> rule = AutoClip(percentile=50.0, history=3)
+        >>> float(rule.threshold({"buffer": ops.convert_to_tensor([1.0, 3.0, 9.0]),
+        ...                       "count": ops.convert_to_tensor(2, "int64")}))
+        2.0
         """
-        buffer = tf.convert_to_tensor(state["buffer"], tf.float32)
-        count = tf.convert_to_tensor(state["count"], tf.int64)
-        valid = tf.minimum(count, self.history)
-        slots = tf.range(self.history, dtype=tf.int64)
+        buffer, count = self._read(state)
+        valid = ops.minimum(count, self.history)
+        slots = ops.arange(self.history, dtype=count.dtype)
         # Invalid slots sort last, so the first `valid` entries are the data.
-        ordered = tf.sort(tf.where(slots < valid, buffer, float("inf")))
-        last = tf.maximum(valid - 1, 0)
-        position = self.percentile * tf.cast(last, tf.float32) / 100.0
-        below = tf.minimum(tf.cast(tf.floor(position), tf.int64), last)
-        above = tf.minimum(below + 1, last)
-        fraction = position - tf.cast(below, tf.float32)
-        low = tf.gather(ordered, below)
-        high = tf.gather(ordered, above)
+        ordered = ops.sort(ops.where(slots < valid, buffer, float("inf")))
+        last = ops.maximum(valid - 1, 0)
+        position = self.percentile * ops.cast(last, "float32") / 100.0
+        below = ops.minimum(ops.cast(ops.floor(position), count.dtype), last)
+        above = ops.minimum(below + 1, last)
+        fraction = position - ops.cast(below, "float32")
+        low = ops.take(ordered, below)
+        high = ops.take(ordered, above)
         # Exactly `low` when fraction == 0, so a single entry is returned as is.
-        return tf.where(fraction > 0, low + (high - low) * fraction, low)
+        return ops.where(fraction > 0, low + (high - low) * fraction, low)
+
+    def _read(self, state: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """`(buffer, count)` of `state` as float32 and `wide_int()`."""
+        buffer = ops.convert_to_tensor(state["buffer"], "float32")
+        return buffer, ops.convert_to_tensor(state["count"], wide_int())
 
     def clip(
         self,
-        grads: list[tf.Tensor],
-        weights: list[tf.Tensor],
+        grads: list[Any],
+        weights: list[Tensor],
         norm: GlobalNorm,
-        state: dict[str, tf.Tensor],
+        state: dict[str, Tensor],
     ) -> ClipResult:
         del weights  # the threshold depends on the norm history only
         # Finite gradients whose norm overflows float32 enter the history as
         # float32's largest value; NaN/Inf steps do not enter it.
         value = norm.clamped
         finite = norm.finite
-        buffer = tf.convert_to_tensor(state["buffer"], tf.float32)
-        count = tf.convert_to_tensor(state["count"], tf.int64)
-        slots = tf.range(self.history, dtype=tf.int64)
+        buffer, count = self._read(state)
+        slots = ops.arange(self.history, dtype=count.dtype)
         # A masked write rather than a scatter: cheap, and XLA-friendly.
-        write = tf.logical_and(finite, tf.equal(slots, count % self.history))
+        write = ops.logical_and(finite, ops.equal(slots, count % self.history))
         new_state = {
-            "buffer": tf.where(write, value, buffer),
-            "count": count + tf.cast(finite, tf.int64),
+            "buffer": ops.where(write, value, buffer),
+            "count": count + ops.cast(finite, count.dtype),
         }
         threshold = self.threshold(new_state)
         # Strictly above: a zero norm under a zero threshold (a 0th percentile
         # over a history holding a zero) stays zero instead of 0 * inf = NaN.
         # NaN never compares above: `not finite` clips it (to NaN), as TF.
-        clip = tf.logical_or(value > threshold, tf.logical_not(finite))
+        clip = ops.logical_or(value > threshold, ops.logical_not(finite))
         return ClipResult(
             scale_by_global_norm(grads, norm, threshold, clip),
             new_state,

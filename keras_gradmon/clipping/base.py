@@ -1,23 +1,38 @@
-"""The clipping-rule protocol, the global norm every rule reads, and the
-global-norm scaling the rules share.
+"""The clipping-rule protocol and the global norm every rule reads.
 
 A rule is a small immutable object: hyper-parameters in, and two methods.
-`state_spec()` names the variables it needs; `clip()` is pure tensor math
-that maps (grads, weights, global norm, state values) to a `ClipResult`:
-the clipped grads, the new state values and the post-clip global norm. The
-caller owns the variables, so a rule never assigns anything and compiles
-under `tf.function(jit_compile=True)` and with AutoGraph off.
+`state_spec()` names the variables it needs; `clip()` is pure tensor math in
+`keras.ops` that maps (grads, weights, global norm, state values) to a
+`ClipResult`: the clipped grads, the new state values and the post-clip
+global norm. The caller owns the variables, so a rule never assigns
+anything; the same code compiles under `tf.function(jit_compile=True)`
+(AutoGraph off) on the TensorFlow backend and under `jax.jit` on JAX.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-import tensorflow as tf
+from keras import backend as keras_backend
+from keras import ops
 
+from keras_gradmon import backend
+from keras_gradmon.backend import Tensor
+from keras_gradmon.clipping._gradients import as_gradient
 from keras_gradmon.stats.norms import batched_global_norm
+
+__all__ = [
+    "ClipResult",
+    "ClipRule",
+    "GlobalNorm",
+    "StateSpec",
+    "as_gradient",
+    "compute_dtype",
+    "global_norm_of",
+    "wide_int",
+]
 
 #: {variable name: (shape, dtype name, initial value)}.
 StateSpec = dict[str, tuple[tuple[int, ...], str, float]]
@@ -25,9 +40,28 @@ StateSpec = dict[str, tuple[tuple[int, ...], str, float]]
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def compute_dtype(dtype: tf.DType) -> tf.DType:
-    """float64 for float64 tensors, else float32 (half precision is widened)."""
-    return tf.float64 if dtype == tf.float64 else tf.float32
+def compute_dtype(dtype: Any) -> str:
+    """float64 for float64 tensors, else float32 (half precision is widened).
+
+    Example:
+
+    >>> compute_dtype("float16"), compute_dtype("float64")
+    ('float32', 'float64')
+    """
+    wide = keras_backend.standardize_dtype(dtype) == "float64"
+    return "float64" if wide else "float32"
+
+
+def wide_int() -> str:
+    """The integer dtype of the rules' counters: int64, except on JAX without
+    `jax_enable_x64` (int32 there, as JAX has no int64 then).
+
+    Example:
+
+    >>> wide_int() in ("int64", "int32")
+    True
+    """
+    return "int64" if backend.wide_float() == "float64" else "int32"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,131 +69,69 @@ class GlobalNorm:
     """The L2 norm of all gradient elements, three ways.
 
     Attributes:
-        fast: float32: `tf.linalg.global_norm` bit for bit wherever that is
-            finite; else `exact` in float32 (Inf past float32's largest
-            value, NaN when an element is NaN).
-        exact: float64, the true norm: finite whenever every element is,
-            even when float32 squares overflow (gradients around 1e30).
+        fast: float32: the framework's global norm (`tf.linalg.global_norm`
+            on TensorFlow) bit for bit wherever that is finite; else `exact`
+            in float32 (Inf past float32's largest value, NaN when an
+            element is NaN).
+        exact: `backend.wide_float()` (float64 on TensorFlow), the true norm:
+            finite whenever every element is, even when float32 squares
+            overflow (gradients around 1e30). On JAX without
+            `jax_enable_x64` it is float32: Inf for a norm past float32's
+            largest value (the rules still scale such gradients correctly).
         finite: bool, whether every gradient element is finite.
+
+    Example:
+
+    >>> float(GlobalNorm(ops.ones(()), ops.ones(()) * 1e39, True).clamped)
+    3.4028234663852886e+38
     """
 
-    fast: tf.Tensor
-    exact: tf.Tensor
-    finite: tf.Tensor
+    fast: Tensor
+    exact: Tensor
+    finite: Tensor
 
     @property
-    def clamped(self) -> tf.Tensor:
+    def clamped(self) -> Tensor:
         """float32 `exact`, at most float32's largest value (NaN stays NaN):
         what rules keep in their float32 histories."""
-        return tf.cast(tf.minimum(self.exact, _FLOAT32_MAX), tf.float32)
+        return ops.cast(ops.minimum(self.exact, _FLOAT32_MAX), "float32")
 
 
 @dataclasses.dataclass(frozen=True)
 class ClipResult:
     """What a rule returns: clipped grads (input dtypes), new state values,
-    and the float32 global norm after clipping (NaN on a non-finite step)."""
-
-    grads: list[tf.Tensor]
-    state: dict[str, tf.Tensor]
-    post_norm: tf.Tensor
-
-
-def as_gradient(g: object) -> tf.Tensor | tf.IndexedSlices:
-    """`g` as a tensor; a `tf.IndexedSlices` (an `Embedding`'s gradient) is
-    kept as it is: the rules scale its rows, so the inner optimizer still
-    gets a sparse update, and the global norm counts it as its dense tensor.
+    and the float32 global norm after clipping (NaN on a non-finite step).
 
     Example:
 
-    >>> as_gradient([1.0, 2.0]).dtype
-    tf.float32
+    >>> ClipResult([], {}, ops.zeros(())).state
+    {}
     """
-    return g if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
+
+    grads: list[Any]
+    state: dict[str, Tensor]
+    post_norm: Tensor
 
 
-def global_norm_of(grads: list[tf.Tensor | tf.IndexedSlices]) -> GlobalNorm:
+def global_norm_of(grads: list[Any]) -> GlobalNorm:
     """The global norm of `grads`, overflow-safe; a `tf.IndexedSlices`
     counts as its dense tensor (duplicate indices summed).
 
-    The common case is one pass: `tf.linalg.global_norm` itself. Only when
-    that is not finite does a conditional look again
-    (`keras_gradmon.stats.batched_global_norm`): it tells real NaN/Inf
-    elements from float32 squares that overflowed, and computes the norm
-    scaled, in float64, where a norm above float32's largest value fits.
+    The common case is one pass: the framework's own global norm
+    (`tf.linalg.global_norm` on TensorFlow). Only when that is not finite
+    does a conditional look again (`keras_gradmon.stats.batched_global_norm`):
+    it tells real NaN/Inf elements from float32 squares that overflowed, and
+    computes the norm scaled, in float64 (`backend.wide_float()`), where a
+    norm above float32's largest value fits.
 
     Example:
 
-    >>> norm = global_norm_of([tf.constant([3e30, 4e30])])
-    >>> float(norm.fast), float(norm.exact), bool(norm.finite)
+    >>> norm = global_norm_of([ops.convert_to_tensor([3e30, 4e30])])
+    >>> float(norm.fast), float(norm.exact), bool(norm.finite)  # TensorFlow
     (4.9999999241216036e+30, 4.999999984567896e+30, True)
     """
     exact, finite = batched_global_norm(grads)
-    return GlobalNorm(tf.cast(exact, tf.float32), exact, finite)
-
-
-def scale_by_global_norm(
-    grads: list[tf.Tensor],
-    norm: GlobalNorm,
-    max_norm: tf.Tensor | float,
-    clip: tf.Tensor,
-) -> list[tf.Tensor]:
-    """Rescales `grads` to global norm `max_norm` where `clip` is true.
-
-    Where `norm.fast` is finite the scale is `tf.clip_by_global_norm`'s, op
-    for op, so a float32 result is bit-identical to `tf.clip_by_global_norm(
-    grads, max_norm, use_norm=norm.fast)`. Where the float32 norm overflowed
-    but every element is finite, the scale is `max_norm / norm.exact`, from
-    the float64 norm: huge gradients are clipped, not turned into NaN.
-    A `tf.IndexedSlices` stays one, its values scaled. Where `clip` does
-    not hold the input is returned untouched (TF would
-    multiply by `max_norm * (1 / max_norm)`, which can be one ulp off 1). A
-    non-finite gradient gives NaN everywhere, as in TF: the caller decides
-    to skip.
-
-    Example:
-
-    >>> norm = global_norm_of([tf.constant([3.0, 4.0])])
-    >>> [g] = scale_by_global_norm([tf.constant([3.0, 4.0])], norm, 1.0, True)
-    >>> g.numpy().tolist()
-    [0.6000000238418579, 0.800000011920929]
-    """
-    fast = tf.cast(norm.fast, tf.float32)
-    max32 = tf.cast(max_norm, tf.float32)
-    tf_scale = max32 * tf.minimum(1.0 / fast, 1.0 / max32) + (fast - fast)
-    # Past float32 (finite elements, overflowed squares), max_norm / norm may
-    # be subnormal, which CPUs flush to 0: it is applied as two normal
-    # factors, 1 / sqrt(norm) and max_norm / sqrt(norm). A NaN/Inf element
-    # keeps TF's scale, NaN.
-    exact = tf.logical_and(tf.logical_not(tf.math.is_finite(fast)), norm.finite)
-    root = tf.sqrt(norm.exact)
-    first = tf.where(exact, tf.cast(1.0 / root, tf.float32), tf_scale)
-    wide_max = tf.cast(max_norm, tf.float64)
-    second = tf.where(exact, tf.cast(wide_max / root, tf.float32), 1.0)
-    keep = tf.logical_and(tf.logical_not(clip), tf.math.is_finite(norm.exact))
-    return [_scaled(g, first, second, keep) for g in grads]
-
-
-def _scaled(g, first: tf.Tensor, second: tf.Tensor, keep: tf.Tensor):
-    """`g * first * second`, or `g` itself where `keep`; a `tf.IndexedSlices`
-    has its values scaled (its dense tensor is) and stays one."""
-    if isinstance(g, tf.IndexedSlices):
-        values = _scaled(g.values, first, second, keep)
-        return tf.IndexedSlices(values, g.indices, g.dense_shape)
-    dtype = compute_dtype(g.dtype)
-    # Half precision is scaled in float32 and rounded once, not twice;
-    # `* second` is an exact `* 1.0` wherever TF's own scale applies.
-    wide = tf.cast(g, dtype) * tf.cast(first, dtype) * tf.cast(second, dtype)
-    return tf.where(keep, g, tf.cast(wide, g.dtype))
-
-
-def post_clip_norm(
-    norm: GlobalNorm, threshold: tf.Tensor | float, clip: tf.Tensor
-) -> tf.Tensor:
-    """The float32 global norm after `scale_by_global_norm`: the threshold
-    where it clipped, the norm itself elsewhere, NaN on a non-finite step."""
-    threshold = tf.cast(threshold, tf.float32)
-    post = tf.where(clip, threshold, norm.clamped)
-    return tf.where(norm.finite, post, tf.constant(float("nan")))
+    return GlobalNorm(ops.cast(exact, "float32"), exact, finite)
 
 
 @runtime_checkable
@@ -181,10 +153,10 @@ class ClipRule(Protocol):
 
     def clip(
         self,
-        grads: list[tf.Tensor],
-        weights: list[tf.Tensor],
+        grads: list[Any],
+        weights: list[Tensor],
         norm: GlobalNorm,
-        state: dict[str, tf.Tensor],
+        state: dict[str, Tensor],
     ) -> ClipResult:
         """Returns the clipped grads, new state values and post-clip norm,
         without side effects."""

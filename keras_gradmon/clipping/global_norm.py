@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import tensorflow as tf
+from keras import ops
 
 from keras_gradmon import _validation
-from keras_gradmon.clipping.base import (
-    ClipResult,
-    GlobalNorm,
-    StateSpec,
-    post_clip_norm,
-    scale_by_global_norm,
-)
+from keras_gradmon.backend import Tensor
+from keras_gradmon.clipping.base import ClipResult, GlobalNorm, StateSpec
+from keras_gradmon.clipping.scaling import post_clip_norm, scale_by_global_norm
 
 
 @dataclass(frozen=True)
@@ -39,9 +35,9 @@ class GlobalNormClip:
 
     >>> from keras_gradmon.clipping import global_norm_of
     >>> rule = GlobalNormClip(max_norm=1.0)
-    >>> g = [tf.constant([3.0, 4.0])]
+    >>> g = [ops.convert_to_tensor([3.0, 4.0])]
     >>> result = rule.clip(g, g, global_norm_of(g), {})
-    >>> [round(x, 3) for x in result.grads[0].numpy().tolist()]
+    >>> [round(x, 3) for x in ops.convert_to_numpy(result.grads[0]).tolist()]
     [0.6, 0.8]
     >>> float(result.post_norm)
     1.0
@@ -59,14 +55,14 @@ class GlobalNormClip:
 
     def clip(
         self,
-        grads: list[tf.Tensor],
-        weights: list[tf.Tensor],
+        grads: list[Any],
+        weights: list[Tensor],
         norm: GlobalNorm,
-        state: dict[str, tf.Tensor],
+        state: dict[str, Tensor],
     ) -> ClipResult:
         del weights, state  # stateless, and the threshold ignores the weights
         # `not (norm < max_norm)` rather than `norm >= max_norm`: NaN clips.
-        clip = tf.logical_not(norm.clamped < self.max_norm)
+        clip = ops.logical_not(norm.clamped < self.max_norm)
         return ClipResult(
             scale_by_global_norm(grads, norm, self.max_norm, clip),
             {},

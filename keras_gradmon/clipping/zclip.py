@@ -21,18 +21,14 @@ github.com/bluorion-com/ZClip (`zclip/zclip.py`, as released in zclip
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import tensorflow as tf
+from keras import ops
 
 from keras_gradmon import _validation
-from keras_gradmon.clipping.base import (
-    ClipResult,
-    GlobalNorm,
-    StateSpec,
-    post_clip_norm,
-    scale_by_global_norm,
-)
+from keras_gradmon.backend import Tensor
+from keras_gradmon.clipping.base import ClipResult, GlobalNorm, StateSpec, wide_int
+from keras_gradmon.clipping.scaling import post_clip_norm, scale_by_global_norm
 
 #: Threshold formulas; see the module docstring.
 ZCLIP_MODES: tuple[str, ...] = ("reciprocal", "zscore")
@@ -42,7 +38,8 @@ ZCLIP_MODES: tuple[str, ...] = ("reciprocal", "zscore")
 class ZClip:
     """Clips the global norm when its z-score against EMA statistics spikes.
 
-    State: `count` (finite norms seen), `mean` and `var`. During warm-up
+    State: `count` (finite norms seen; int32 on JAX without
+    `jax_enable_x64`), `mean` and `var`. During warm-up
     (`count < warmup`) `mean`/`var` hold the running mean and population
     variance of the norms so far (Welford), which equal the reference's
     buffer statistics once `warmup` norms are in. Non-finite norms leave the
@@ -63,9 +60,9 @@ class ZClip:
 
     >>> from keras_gradmon.clipping import global_norm_of
     >>> rule = ZClip(warmup=2)
-    >>> state = {"count": tf.constant(2, tf.int64),
-    ...          "mean": tf.constant(1.0), "var": tf.constant(0.01)}
-    >>> g = [tf.constant([0.0, 3.0])]  # z = 20: clip to 1 + 2.5**2 / 20 * 0.1
+    >>> state = {"count": ops.convert_to_tensor(2, "int64"),
+    ...          "mean": ops.convert_to_tensor(1.0), "var": ops.convert_to_tensor(0.01)}
+    >>> g = [ops.convert_to_tensor([0.0, 3.0])]  # z = 20: 1 + 2.5**2 / 20 * 0.1
     >>> result = rule.clip(g, g, global_norm_of(g), state)
     >>> round(float(result.grads[0][1]), 5)
     1.03125
@@ -96,55 +93,54 @@ class ZClip:
             "var": ((), "float32", 0.0),
         }
 
-    def _spike(
-        self, norm: tf.Tensor, mean: tf.Tensor, std: tf.Tensor
-    ) -> tuple[tf.Tensor, tf.Tensor]:
+    def _spike(self, norm: Tensor, mean: Tensor, std: Tensor) -> tuple[Tensor, Tensor]:
         """`(is a spike, the threshold to clip it to)` of `mode`."""
         z_t = self.z_threshold
         if self.mode == "reciprocal":
             z = (norm - mean) / (std + self.eps)
             spike = z > z_t
             # z > z_t > 0 wherever the threshold is used; 1 avoids 0 / 0.
-            safe_z = tf.where(spike, z, tf.ones_like(z))
+            safe_z = ops.where(spike, z, ops.ones_like(z))
             return spike, mean + (z_t * z_t / safe_z) * std
         threshold = mean + z_t * std
         return norm > threshold, threshold
 
     def clip(
         self,
-        grads: list[tf.Tensor],
-        weights: list[tf.Tensor],
+        grads: list[Any],
+        weights: list[Tensor],
         global_norm: GlobalNorm,
-        state: dict[str, tf.Tensor],
+        state: dict[str, Tensor],
     ) -> ClipResult:
         del weights  # the threshold depends on the norm history only
         # Finite gradients whose norm overflows float32 count as float32's
         # largest value (a spike); NaN/Inf steps leave the state untouched.
         norm = global_norm.clamped
         finite = global_norm.finite
-        count = tf.convert_to_tensor(state["count"], tf.int64)
-        mean = tf.convert_to_tensor(state["mean"], tf.float32)
-        var = tf.convert_to_tensor(state["var"], tf.float32)
+        count = ops.convert_to_tensor(state["count"], wide_int())
+        mean = ops.convert_to_tensor(state["mean"], "float32")
+        var = ops.convert_to_tensor(state["var"], "float32")
         warming = count < self.warmup
 
         # Warm-up: Welford's update of the running mean / population variance.
-        n = tf.cast(count + 1, tf.float32)
+        n = ops.cast(count + 1, "float32")
         delta = norm - mean
         warm_mean = mean + delta / n
         warm_var = var + (delta * (norm - warm_mean) - var) / n
 
         # After warm-up: spike detection against the statistics so far.
-        spike, threshold = self._spike(norm, mean, tf.sqrt(var))
-        spike = tf.logical_and(spike, tf.logical_and(finite, ~warming))
-        effective = tf.where(spike, threshold, norm)
+        spike, threshold = self._spike(norm, mean, ops.sqrt(var))
+        after_warmup = ops.logical_and(finite, ops.logical_not(warming))
+        spike = ops.logical_and(spike, after_warmup)
+        effective = ops.where(spike, threshold, norm)
         alpha = self.alpha
         ema_mean = alpha * mean + (1.0 - alpha) * effective
-        ema_var = alpha * var + (1.0 - alpha) * tf.square(effective - ema_mean)
+        ema_var = alpha * var + (1.0 - alpha) * ops.square(effective - ema_mean)
 
         new_state = {
-            "count": count + tf.cast(finite, tf.int64),
-            "mean": tf.where(finite, tf.where(warming, warm_mean, ema_mean), mean),
-            "var": tf.where(finite, tf.where(warming, warm_var, ema_var), var),
+            "count": count + ops.cast(finite, count.dtype),
+            "mean": ops.where(finite, ops.where(warming, warm_mean, ema_mean), mean),
+            "var": ops.where(finite, ops.where(warming, warm_var, ema_var), var),
         }
         # A non-finite step gives NaN gradients (spike or not), as TF does.
         return ClipResult(

@@ -1,27 +1,33 @@
-"""NumPy float64 references of the published clipping formulas, and helpers."""
+"""NumPy float64 references of the published clipping formulas, and helpers
+(in `keras.ops`: tests/jax/test_clipping.py uses them on the JAX backend)."""
 
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
+from keras_gradmon import backend
 from keras_gradmon.clipping import GlobalNorm
+from keras_gradmon.clipping.base import wide_int
 from tests.conftest import compile_fn
 
 
-def initial_state(rule) -> dict[str, tf.Tensor]:
-    """State tensors as the caller creates them from `rule.state_spec()`."""
-    return {
-        name: tf.fill(shape, tf.cast(value, dtype))
-        for name, (shape, dtype, value) in rule.state_spec().items()
-    }
+def initial_state(rule) -> dict:
+    """State tensors as the caller creates them from `rule.state_spec()`
+    (int64 counters in `wide_int()`: int32 on JAX without x64)."""
+    state = {}
+    for name, (shape, dtype, value) in rule.state_spec().items():
+        dtype = wide_int() if dtype == "int64" else dtype
+        state[name] = ops.cast(ops.full(shape, value), dtype)
+    return state
 
 
 def given_norm(norm) -> GlobalNorm:
     """A `GlobalNorm` of the given float32 value (its elements finite iff it
     is): what the rules read, for tests that feed a sequence of norms."""
-    norm = tf.cast(norm, tf.float32)
-    return GlobalNorm(norm, tf.cast(norm, tf.float64), tf.math.is_finite(norm))
+    norm = ops.cast(norm, "float32")
+    exact = ops.cast(norm, backend.wide_float())
+    return GlobalNorm(norm, exact, ops.isfinite(norm))
 
 
 def clipped(rule, grads, weights, norm, state):
