@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,agents,jax]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,tensorflow,agents,jax]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -4,8 +4,8 @@ the same weights and the same gradients, applied eagerly step by step
 
     python -m tests.jax.monitor_side IN.npz OUT.npz   (KERAS_BACKEND set)
 
-`IN.npz` holds `weight_<i>`, `grad_<step>_<i>` and a JSON `config`; `OUT.npz`
-gets the state's rings and the variables after the run.
+`IN.npz` holds `weight_<i>`, `grad_<step>_<i>` and JSON `configs` (by
+name); `OUT.npz` gets each run's state and its variables after the run.
 """
 
 from __future__ import annotations
@@ -70,11 +70,19 @@ def run(data: dict[str, np.ndarray], config: dict) -> dict[str, np.ndarray]:
     return out
 
 
+def run_all(data: dict[str, np.ndarray], configs: dict) -> dict[str, np.ndarray]:
+    """`run` of each `{name: config}`, its arrays keyed `<name>/<key>`."""
+    out = {}
+    for name, config in configs.items():
+        out.update({f"{name}/{k}": v for k, v in run(data, config).items()})
+    return out
+
+
 def main() -> None:
     source, target = sys.argv[1:3]
     loaded = dict(np.load(source))
-    config = json.loads(str(loaded.pop("config")))
-    np.savez(target, **run(loaded, config))
+    configs = json.loads(str(loaded.pop("configs")))
+    np.savez(target, **run_all(loaded, configs))
 
 
 if __name__ == "__main__":
