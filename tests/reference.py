@@ -55,6 +55,19 @@ def assert_statistics_close(actual: dict, expected: dict, rtol: float = 2e-6) ->
         assert abs(got - want) <= tol, (name, got, want, tol)
 
 
+def assert_rows_close(rows, held, names=STATISTICS) -> None:
+    """`batched_statistics(tensors, names)`'s rows against the references of
+    the values `held`: `names` close, the other columns NaN."""
+    columns = registry.columns(names)
+    rows = np.asarray(rows)
+    assert rows.shape == (len(held), len(columns)), rows.shape
+    for row, values in zip(rows, held):
+        expected = reference_statistics(values, columns)
+        actual = dict(zip(columns, row.tolist()))
+        assert_statistics_close({**expected, **{n: actual[n] for n in names}}, expected)
+        assert all(np.isnan(actual[n]) for n in columns if n not in names), actual
+
+
 def reference_histogram(values, buckets: int) -> tuple[np.ndarray, float, float]:
     """TensorBoard-convention bucket counts of the finite elements."""
     a = np.asarray(values, dtype=np.float64).ravel()

@@ -31,8 +31,7 @@ def _load(name: str) -> Statistic:
     statistic = module.STATISTIC
     if statistic.name != name:
         raise ValueError(
-            f"{module.__name__} defines the statistic {statistic.name!r}, "
-            f"not {name!r}."
+            f"{module.__name__} defines the statistic {statistic.name!r}, not {name!r}."
         )
     return statistic
 

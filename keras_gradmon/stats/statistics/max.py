@@ -9,6 +9,6 @@ STATISTIC = Statistic(
     needs={"extremes"},
     fast=lambda r: r.high,
     careful=lambda c: c.high,
-    reference=lambda values, finite: np.max(finite),
+    reference=lambda values, finite: np.max(finite) if finite.size else np.nan,
     empty=float("nan"),
 )

@@ -10,6 +10,6 @@ STATISTIC = Statistic(
     needs={"extremes"},
     fast=lambda r: ops.maximum(ops.abs(r.low), ops.abs(r.high)),
     careful=lambda c: ops.maximum(ops.abs(c.low), ops.abs(c.high)),
-    reference=lambda values, finite: np.max(np.abs(finite)),
+    reference=lambda values, finite: np.max(np.abs(finite), initial=0.0),
     empty=0.0,
 )

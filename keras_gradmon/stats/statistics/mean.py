@@ -9,6 +9,6 @@ STATISTIC = Statistic(
     needs={"sum"},
     fast=lambda r: r.mean,
     careful=lambda c: c.scale * (c.sum / c.n),
-    reference=lambda values, finite: np.mean(finite),
+    reference=lambda values, finite: np.mean(finite) if finite.size else np.nan,
     empty=float("nan"),
 )

@@ -9,6 +9,6 @@ STATISTIC = Statistic(
     needs={"extremes"},
     fast=lambda r: r.low,
     careful=lambda c: c.low,
-    reference=lambda values, finite: np.min(finite),
+    reference=lambda values, finite: np.min(finite) if finite.size else np.nan,
     empty=float("nan"),
 )

@@ -24,6 +24,6 @@ STATISTIC = Statistic(
     fast=lambda r: ops.sqrt(r.var),
     untrusted=_untrusted,
     careful=lambda c: c.scale * c.var**0.5,
-    reference=lambda values, finite: np.std(finite),
+    reference=lambda values, finite: np.std(finite) if finite.size else np.nan,
     empty=float("nan"),
 )
