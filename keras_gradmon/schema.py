@@ -15,9 +15,12 @@ import dataclasses
 
 import numpy as np
 
-#: The statistics computed for every tensor, in storage order. How each is
-#: computed lives in `keras_gradmon.stats.batched` (its reductions and how
-#: they finish), its NumPy reference in tests/reference.py.
+#: The statistics computed for every tensor, in storage order. Each is one
+#: module, `keras_gradmon/stats/statistics/<name>.py`: the reductions it
+#: needs, how they finish into its value, its careful path and its NumPy
+#: reference (`keras_gradmon.stats.registry` loads it by this name). Named
+#: here, without a framework, for the config, the tags, the state's columns
+#: and the report.
 STATISTICS: tuple[str, ...] = (
     "norm",
     "mean",

@@ -8,6 +8,9 @@ import os
 import numpy as np
 from tensorboard.backend.event_processing import event_accumulator
 
+from keras_gradmon.schema import STATISTICS
+from keras_gradmon.stats import registry
+
 
 def flush_subnormals(values: np.ndarray) -> np.ndarray:
     """Float32 subnormals set to zero, as TensorFlow's CPU kernels treat them."""
@@ -16,22 +19,10 @@ def flush_subnormals(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def reference_statistics(values) -> dict[str, float]:
-    """The statistics of the finite elements of `values`, in float64."""
-    a = np.asarray(values, dtype=np.float64).ravel()
-    finite = a[np.isfinite(a)]
-    nan = float("nan")
-    has = finite.size > 0
-    return {
-        "norm": float(np.sqrt(np.sum(finite**2))) if has else 0.0,
-        "mean": float(np.mean(finite)) if has else nan,
-        "std": float(np.std(finite)) if has else nan,
-        "min": float(np.min(finite)) if has else nan,
-        "max": float(np.max(finite)) if has else nan,
-        "max_abs": float(np.max(np.abs(finite))) if has else 0.0,
-        "zero_fraction": float(np.mean(a == 0)) if a.size else 0.0,
-        "nonfinite": float(a.size - finite.size),
-    }
+def reference_statistics(values, names=STATISTICS) -> dict[str, float]:
+    """The statistics `names` of the finite elements of `values`, in float64:
+    each registered statistic's own NumPy reference."""
+    return {s.name: s.reference_value(values) for s in registry.lookup(names)}
 
 
 def assert_statistics_close(actual: dict, expected: dict, rtol: float = 2e-6) -> None:
@@ -62,6 +53,19 @@ def assert_statistics_close(actual: dict, expected: dict, rtol: float = 2e-6) ->
             # [0, 1.1754944e-38]).
             tol = max(tol, tiny)
         assert abs(got - want) <= tol, (name, got, want, tol)
+
+
+def assert_rows_close(rows, held, names=STATISTICS) -> None:
+    """`batched_statistics(tensors, names)`'s rows against the references of
+    the values `held`: `names` close, the other columns NaN."""
+    columns = registry.columns(names)
+    rows = np.asarray(rows)
+    assert rows.shape == (len(held), len(columns)), rows.shape
+    for row, values in zip(rows, held):
+        expected = reference_statistics(values, columns)
+        actual = dict(zip(columns, row.tolist()))
+        assert_statistics_close({**expected, **{n: actual[n] for n in names}}, expected)
+        assert all(np.isnan(actual[n]) for n in columns if n not in names), actual
 
 
 def reference_histogram(values, buckets: int) -> tuple[np.ndarray, float, float]:

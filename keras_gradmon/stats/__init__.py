@@ -2,9 +2,12 @@
 
 Everything here is plain tensor math: no `tf.summary`, no string ops, no
 Python control flow on tensor values, so it compiles under
-`tf.function(jit_compile=True)`. `batched.py` computes the statistics and
-histograms of many tensors in one program that does not grow with their
-number; the per-tensor functions are its one-tensor case.
+`tf.function(jit_compile=True)`. Each statistic is one registered object
+(`statistic.Statistic`: its reductions, how they finish, its careful path,
+its NumPy reference), one module each in `statistics/`, held by
+`registry.py`. `batched.py` computes the statistics and histograms of many
+tensors in one program that does not grow with their number; the
+per-tensor functions are its one-tensor case.
 """
 
 from keras_gradmon.stats.batched import (

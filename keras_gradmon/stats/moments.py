@@ -1,10 +1,11 @@
 """Per-tensor statistics: norm, moments, extremes, sparsity, finiteness.
 
-The one-tensor case of `keras_gradmon.stats.batched.batched_statistics`,
-where every statistic is defined: statistics of the *finite* elements, NaN
-and Inf counted in `nonfinite` instead of turning every other number into
-NaN, computed in float32 (float64 for float64 input) and returned as
-float32, right near the float32 limit (1e30) and for tiny values (1e-30).
+The one-tensor case of `keras_gradmon.stats.batched.batched_statistics`
+(each statistic is defined in its module of `keras_gradmon.stats.statistics`):
+statistics of the *finite* elements, NaN and Inf counted in `nonfinite`
+instead of turning every other number into NaN, computed in float32 (float64
+for float64 input) and returned as float32, right near the float32 limit
+(1e30) and for tiny values (1e-30).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from keras_gradmon.backend import Tensor
 from keras_gradmon.schema import STATISTICS
+from keras_gradmon.stats import registry
 from keras_gradmon.stats.batched import batched_statistics
 
 
@@ -26,7 +28,8 @@ def tensor_statistics(
         x: A tensor of floating dtype (float16, bfloat16, float32,
             float64), its shape static or known only at run time.
             `tf.IndexedSlices` are densified first (duplicates summed).
-        names: Which statistics to compute (a subset of `STATISTICS`).
+        names: Which statistics to compute: registered names
+            (`keras_gradmon.stats.registry`), usually of `STATISTICS`.
 
     Returns:
         `{name: value}` for each of `names`. `mean`, `std`, `min` and `max`
@@ -40,14 +43,15 @@ def tensor_statistics(
     >>> float(s["norm"]), float(s["nonfinite"]), float(s["zero_fraction"])
     (5.0, 1.0, 0.25)
     """
-    row = stack_statistics(x, names)
-    return {name: row[STATISTICS.index(name)] for name in names}
+    row, columns = stack_statistics(x, names), registry.columns(names)
+    return {name: row[columns.index(name)] for name in names}
 
 
 def stack_statistics(
     x: Any, names: Sequence[str] = STATISTICS
 ) -> Tensor:
-    """The statistics of `x` as a float32 vector in `STATISTICS` order;
+    """The statistics of `x` as a float32 vector in `STATISTICS` order (then
+    the other registered statistics of `names`, as `registry.columns`);
     statistics not in `names` are not computed and read NaN.
 
     Example:

@@ -18,13 +18,16 @@ from keras import ops
 
 from keras_gradmon import stats
 from keras_gradmon.schema import STATISTICS
+from keras_gradmon.stats import registry
 from tests.jax.cases import BUCKETS, NORM_CASES, as_dtype, held, statistic_cases
 from tests.reference import (
+    assert_rows_close,
     assert_statistics_close,
     flush_subnormals,
     reference_histogram,
     reference_statistics,
 )
+from tests.stats import toys
 from tests.strategies import arrays
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,23 +50,42 @@ def test_statistics_match_float64_reference(cases):
         assert_statistics_close(dict(zip(STATISTICS, row)), want)
 
 
+batches = st.lists(
+    st.tuples(arrays, st.sampled_from([1.0, 1e30, 1e-30, 1e36])),
+    min_size=1,
+    max_size=4,
+)
+
+
+def _scaled(batch) -> list[np.ndarray]:
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        return [flush_subnormals(v.astype("f8") * k) for v, k in batch]
 
 
 @settings(max_examples=15, deadline=None)
-@given(
-    st.lists(
-        st.tuples(arrays, st.sampled_from([1.0, 1e30, 1e-30, 1e36])),
-        min_size=1,
-        max_size=4,
-    )
-)
+@given(batches)
 def test_random_batches_match_float64_reference(batch):
-    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        values = [flush_subnormals(v.astype("f8") * k) for v, k in batch]
-    tensors = [jnp.asarray(v) for v in values]
-    rows = np.asarray(jax.jit(stats.batched_statistics)(tensors))
-    for row, v in zip(rows, values):
-        assert_statistics_close(dict(zip(STATISTICS, row)), reference_statistics(v))
+    values = _scaled(batch)
+    rows = jax.jit(stats.batched_statistics)([jnp.asarray(v) for v in values])
+    assert_rows_close(rows, values)
+
+
+@pytest.mark.parametrize("name", registry.registered())
+@settings(max_examples=5, deadline=None)
+@given(batch=batches)
+def test_each_statistic_alone_matches_its_reference(name, batch):
+    # Asked alone, a statistic's own `needs` serve it (its careful path too).
+    values = _scaled(batch)
+    compute = jax.jit(lambda ts: stats.batched_statistics(ts, [name]))
+    assert_rows_close(compute([jnp.asarray(v) for v in values]), values, [name])
+
+
+def test_a_statistic_in_one_module_joins_the_batched_program(cases):
+    held_values = [held(name, v, ops) for name, v in cases.items()]
+    alone = jax.jit(stats.batched_statistics)(_tensors(cases))
+    with toys.registered():
+        compute = jax.jit(lambda ts: stats.batched_statistics(ts, toys.NAMES))
+        toys.assert_toy_rows(compute(_tensors(cases)), alone, held_values)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
