@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from keras_gradmon import distribute
+from keras_gradmon import defaults, distribute
 from keras_gradmon.activations.layers import WatchedLayer, select_layers
 from keras_gradmon.activations.options import ActivationOptions
 from keras_gradmon.activations.probe import ActivationProbe, ActivationSnapshot
@@ -108,10 +108,10 @@ class ActivationMonitor:
         model: Any,
         data: Any,
         layers: str | Sequence[str] | None = None,
-        every_n_steps: HostFrequency = 100,
-        histogram_buckets: int | None = 30,
-        std_band: tuple[float, float] | None = (0.5, 2.0),
-        dead_fraction: float | None = 0.25,
+        every_n_steps: HostFrequency = defaults.ACTIVATION_EVERY_N_STEPS,
+        histogram_buckets: int | None = defaults.ACTIVATION_HISTOGRAM_BUCKETS,
+        std_band: tuple[float, float] | None = defaults.STD_BAND,
+        dead_fraction: float | None = defaults.DEAD_FRACTION,
         rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
         actions: Mapping[str, Action] | None = None,
         log_dir: str | None = None,

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from keras_gradmon import _validation
+from keras_gradmon import _validation, defaults
 from keras_gradmon.activations.layers import check_layers_argument
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.defaults import default_activation_rules
@@ -29,10 +29,10 @@ class ActivationOptions:
 
     data: Any
     layers: str | Sequence[str] | None = None
-    every_n_steps: Frequency = 100
-    histogram_buckets: int | None = 30
-    std_band: tuple[float, float] | None = (0.5, 2.0)
-    dead_fraction: float | None = 0.25
+    every_n_steps: Frequency = defaults.ACTIVATION_EVERY_N_STEPS
+    histogram_buckets: int | None = defaults.ACTIVATION_HISTOGRAM_BUCKETS
+    std_band: tuple[float, float] | None = defaults.STD_BAND
+    dead_fraction: float | None = defaults.DEAD_FRACTION
     rules: Mapping[str, Rule] | Sequence[Rule] | None = None
     actions: Mapping[str, Action] | None = None
     log_dir: str | None = None

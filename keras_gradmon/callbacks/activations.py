@@ -8,6 +8,7 @@ from typing import Any
 
 import keras
 
+from keras_gradmon import defaults
 from keras_gradmon.activations.monitor import ActivationMonitor, HostFrequency
 from keras_gradmon.activations.options import ActivationOptions
 from keras_gradmon.alerts import Alert
@@ -70,10 +71,10 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
         log_dir: str | None = None,
         writer: Any = None,
         layers: str | Sequence[str] | None = None,
-        every_n_steps: HostFrequency = 100,
-        histogram_buckets: int | None = 30,
-        std_band: tuple[float, float] | None = (0.5, 2.0),
-        dead_fraction: float | None = 0.25,
+        every_n_steps: HostFrequency = defaults.ACTIVATION_EVERY_N_STEPS,
+        histogram_buckets: int | None = defaults.ACTIVATION_HISTOGRAM_BUCKETS,
+        std_band: tuple[float, float] | None = defaults.STD_BAND,
+        dead_fraction: float | None = defaults.DEAD_FRACTION,
         rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
         actions: Mapping[str, Action] | None = None,
         jsonl_path: str | None = None,

@@ -10,7 +10,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_gradmon import _validation
+from keras_gradmon import _validation, defaults
 from keras_gradmon.alerts import Alert, AlertEngine, RateLimiter
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.runner import Action, AlertDelivery, validate_actions
@@ -96,10 +96,10 @@ class RLHealthMonitor:
         agent: Any,
         *,
         env_batch_size: int = 1,
-        every_n_steps: Frequency = 1000,
+        every_n_steps: Frequency = defaults.RL_EVERY_N_STEPS,
         log_dir: str | None = None,
         writer: Any = None,
-        window: int = 100,
+        window: int = defaults.RL_WINDOW,
         solve_threshold: float | None = None,
         value_fn: ValueFn | None = None,
         kl: bool = True,
