@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from keras_gradmon.recorders.base import Recorder
+from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 
 #: The sources of the built-in publishers.
 GRADIENTS, ACTIVATIONS, RL, ALERTS = "gradients", "activations", "rl", "alerts"
@@ -181,6 +182,51 @@ class Hub:
         with self._lock:
             for recorder in self._recorders:
                 recorder.close()
+
+
+def check_hub(hub: Hub | None, log_dir: Any, writer: Any) -> None:
+    """Checks that a monitor got at most one of `log_dir` and `writer`, and
+    not them with a shared `hub` (whose recorders decide where numbers go).
+
+    Example:
+
+    >>> check_hub(Hub(), "logs", None)
+    Traceback (most recent call last):
+    ...
+    ValueError: Pass `hub` or `log_dir` / `writer`, not both ...
+    """
+    if log_dir is not None and writer is not None:
+        raise ValueError(
+            "Pass at most one of `log_dir` and `writer`. Received: "
+            f"log_dir={log_dir!r}, writer={writer!r}"
+        )
+    if hub is None:
+        return
+    if not isinstance(hub, Hub):
+        raise ValueError(f"`hub` must be a Hub or None. Received: hub={hub!r}")
+    if log_dir is not None or writer is not None:
+        raise ValueError(
+            "Pass `hub` or `log_dir` / `writer`, not both (add a "
+            "TensorBoardRecorder to the hub instead). Received: "
+            f"log_dir={log_dir!r}, writer={writer!r}"
+        )
+
+
+def recording_hub(log_dir: Any, writer: Any, hub: Hub | None = None) -> Hub:
+    """`hub`, or a hub of its own writing to TensorBoard at `log_dir` (or
+    through `writer`), or one with no recorder when neither is given.
+
+    Example:
+
+    >>> recording_hub(None, None).recorders
+    []
+    """
+    check_hub(hub, log_dir, writer)
+    if hub is not None:
+        return hub
+    if log_dir is None and writer is None:
+        return Hub()
+    return Hub([TensorBoardRecorder(log_dir=log_dir, writer=writer)])
 
 
 def chief_writes(variable: Any) -> bool:

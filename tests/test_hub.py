@@ -143,6 +143,15 @@ def test_a_recorder_must_implement_the_protocol(bad):
         Hub(bad)
 
 
-def test_a_hub_replaces_log_dir_not_both(tmp_path):
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: ActivationMonitorCallback(data(n=8)[0], **kw),
+        GradientSummaryCallback,
+        GradientAlertCallback,
+    ],
+    ids=["activations", "gradients", "alerts"],
+)
+def test_a_hub_replaces_log_dir_not_both(tmp_path, make):
     with pytest.raises(ValueError, match="Pass `hub` or `log_dir`"):
-        ActivationMonitorCallback(data(n=8)[0], log_dir=str(tmp_path), hub=Hub())
+        make(log_dir=str(tmp_path), hub=Hub())

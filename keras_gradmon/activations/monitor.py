@@ -14,8 +14,14 @@ from keras_gradmon.alerts.defaults import (
     ACTIVATION_STD,
     DEAD_FRACTION,
 )
-from keras_gradmon.alerts.runner import AlertRunner, recording_hub
-from keras_gradmon.hub import ACTIVATIONS, Hub, Publication, chief_writes
+from keras_gradmon.alerts.runner import AlertRunner
+from keras_gradmon.hub import (
+    ACTIVATIONS,
+    Hub,
+    Publication,
+    chief_writes,
+    recording_hub,
+)
 from keras_gradmon.schedule import Frequency
 
 #: When to measure: every N steps, or a callable from the step (an int64

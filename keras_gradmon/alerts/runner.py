@@ -13,8 +13,8 @@ from keras_gradmon.alerts import CRITICAL, TIERS, WARNING, Alert, AlertEngine
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.events import ALERT_LOG
 from keras_gradmon.alerts.limiter import RateLimiter
-from keras_gradmon.hub import ALERTS, Hub, Publication
-from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, check_log_dir
+from keras_gradmon.hub import ALERTS, Hub, Publication, recording_hub
+from keras_gradmon.recorders.tensorboard import check_log_dir
 from keras_gradmon.tags import tag
 
 #: What to do when an alert of a tier fires: "log" (only the log line),
@@ -63,35 +63,6 @@ def validate_actions(actions: Mapping[str, Action] | None) -> dict[str, Action]:
             )
         resolved[tier] = action
     return resolved
-
-
-def recording_hub(log_dir: str | None, writer: Any, hub: Hub | None = None) -> Hub:
-    """`hub`, or a hub of its own writing to TensorBoard at `log_dir` (or
-    through `writer`), or one with no recorder when neither is given.
-
-    Example:
-
-    >>> recording_hub(None, None).recorders
-    []
-    """
-    if log_dir is not None and writer is not None:
-        raise ValueError(
-            "Pass at most one of `log_dir` and `writer`. Received: "
-            f"log_dir={log_dir!r}, writer={writer!r}"
-        )
-    given = log_dir is not None or writer is not None
-    if hub is not None:
-        if not isinstance(hub, Hub):
-            raise ValueError(f"`hub` must be a Hub or None. Received: hub={hub!r}")
-        if given:
-            raise ValueError(
-                "Pass `hub` or `log_dir` / `writer`, not both (add a "
-                "TensorBoardRecorder to the hub instead). Received: "
-                f"log_dir={log_dir!r}, writer={writer!r}"
-            )
-        return hub
-    recorders = [TensorBoardRecorder(log_dir=log_dir, writer=writer)] if given else []
-    return Hub(recorders)
 
 
 class AlertDelivery:

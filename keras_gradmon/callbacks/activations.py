@@ -10,9 +10,8 @@ import keras
 from keras_gradmon.activations.monitor import ActivationMonitor
 from keras_gradmon.activations.options import ActivationOptions
 from keras_gradmon.alerts import Alert
-from keras_gradmon.alerts.runner import recording_hub
 from keras_gradmon.callbacks.steps import StepTracker, optimizer_step
-from keras_gradmon.hub import Hub
+from keras_gradmon.hub import Hub, check_hub
 
 
 class ActivationMonitorCallback(keras.callbacks.Callback):
@@ -64,7 +63,7 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
         # Everything that can be checked without the model, checked now.
         name = type(self).__name__
         self._options = ActivationOptions.of(options, overrides, name)
-        recording_hub(self._options.log_dir, self._options.writer, hub)
+        check_hub(hub, self._options.log_dir, self._options.writer)
         self._hub = hub
         self.monitor: ActivationMonitor | None = None
         self._steps = StepTracker()

@@ -14,7 +14,7 @@ from keras_gradmon.callbacks.steps import (
     monitored_optimizer,
     optimizer_step,
 )
-from keras_gradmon.hub import Hub, check_recorders
+from keras_gradmon.hub import Hub, check_hub, check_recorders
 from keras_gradmon.recorders.base import Recorder
 from keras_gradmon.recorders.keras_logs import KerasLogsRecorder
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
@@ -43,8 +43,8 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         recorders: More destinations (`keras_gradmon.recorders`: JSON
             Lines, console, or your own `Recorder`).
         hub: A `keras_gradmon.hub.Hub` shared with other monitors
-            (activations, RL health): the statistics go to its recorders
-            too, and `log_dir` / `writer` may then be left out.
+            (activations, RL health), instead of `log_dir` / `writer`: the
+            statistics go to its recorders (and `recorders` are added to it).
 
     Example:
 
@@ -65,11 +65,9 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         hub: Hub | None = None,
     ) -> None:
         super().__init__()
-        if hub is not None and not isinstance(hub, Hub):
-            raise ValueError(f"`hub` must be a Hub or None. Received: hub={hub!r}")
-        own = hub is None or log_dir is not None or writer is not None
+        check_hub(hub, log_dir, writer)
         self._tensorboard = (
-            TensorBoardRecorder(log_dir=log_dir, writer=writer) if own else None
+            TensorBoardRecorder(log_dir=log_dir, writer=writer) if hub is None else None
         )
         self._hub = hub
         self._extra = check_recorders(recorders)

@@ -11,8 +11,8 @@ from typing import Any
 import tensorflow as tf
 
 from keras_gradmon.alerts import Alert, AlertEngine
-from keras_gradmon.alerts.runner import AlertDelivery, AlertRunner, recording_hub
-from keras_gradmon.hub import RL, Hub, Publication
+from keras_gradmon.alerts.runner import AlertDelivery, AlertRunner
+from keras_gradmon.hub import RL, Hub, Publication, recording_hub
 from keras_gradmon.options import with_overrides
 from keras_gradmon.rl import rules as R
 from keras_gradmon.rl.building import check_agent, finite_numbers, make_probe
