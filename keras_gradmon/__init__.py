@@ -28,12 +28,12 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.callbacks.alerts import GradientAlertCallback  # noqa: F401
     from keras_gradmon.callbacks.summary import GradientSummaryCallback  # noqa: F401
     from keras_gradmon.config import MonitorConfig  # noqa: F401
-    from keras_gradmon.recorders.writer import write_summaries  # noqa: F401
     from keras_gradmon.rl.monitor import RLHealthMonitor  # noqa: F401
     from keras_gradmon.rl.observer import EpisodeObserver  # noqa: F401
     from keras_gradmon.schedule import Schedule  # noqa: F401
     from keras_gradmon.schema import STATISTICS  # noqa: F401
     from keras_gradmon.state import HistogramSnapshot, Snapshot  # noqa: F401
+    from keras_gradmon.summaries import write_summaries  # noqa: F401
 
 __version__ = "0.2.0"
 
@@ -55,7 +55,7 @@ _EXPORTS = {
     "Schedule": "keras_gradmon.schedule",
     "Snapshot": "keras_gradmon.state",
     "wrap": "keras_gradmon.adapters",
-    "write_summaries": "keras_gradmon.recorders.writer",
+    "write_summaries": "keras_gradmon.summaries",
 }
 
 __all__ = sorted(_EXPORTS)

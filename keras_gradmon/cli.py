@@ -9,6 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from keras_gradmon import defaults
+
 if TYPE_CHECKING:
     from keras_gradmon.report.analysis import HealthCriteria
     from keras_gradmon.report.render import Contents
@@ -85,14 +87,17 @@ def _report_arguments(report: argparse.ArgumentParser) -> None:
         nargs=2,
         type=float,
         metavar=("LOW", "HIGH"),
-        default=(0.5, 2.0),
-        help="healthy activation std band (default 0.5 2.0)",
+        default=defaults.STD_BAND,
+        help="healthy activation std band (default {} {})".format(*defaults.STD_BAND),
     )
     report.add_argument(
         "--dead-fraction",
         type=float,
-        default=0.25,
-        help="flag layers with more dead units than this fraction (default 0.25)",
+        default=defaults.DEAD_FRACTION,
+        help=(
+            "flag layers with more dead units than this fraction "
+            f"(default {defaults.DEAD_FRACTION})"
+        ),
     )
 
 

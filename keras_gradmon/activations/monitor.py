@@ -3,20 +3,25 @@ numbers to TensorBoard and runs the activation health rules."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from keras_gradmon import distribute
 from keras_gradmon.activations.layers import WatchedLayer, select_layers
 from keras_gradmon.activations.options import ActivationOptions
 from keras_gradmon.activations.probe import ActivationProbe, ActivationSnapshot
 from keras_gradmon.alerts import Alert
-from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.defaults import (
     ACTIVATION_STD,
     DEAD_FRACTION,
 )
-from keras_gradmon.alerts.runner import Action
+from keras_gradmon.alerts.runner import AlertRunner
+from keras_gradmon.hub import (
+    ACTIVATIONS,
+    Hub,
+    Publication,
+    chief_writes,
+    recording_hub,
+)
 from keras_gradmon.schedule import Frequency
 
 #: When to measure: every N steps, or a callable from the step (an int64
@@ -27,7 +32,7 @@ HostFrequency = Frequency
 def _writes_summaries(model: Any) -> bool:
     """False on the non-chief workers of a multi-worker strategy."""
     weights = getattr(model, "weights", None) or []
-    return distribute.writes_summaries(weights[0]) if weights else True
+    return chief_writes(weights[0]) if weights else True
 
 
 #: Outputs confined to [0, 1] have a std of at most 0.5: the std band says
@@ -62,8 +67,20 @@ class ActivationMonitor:
     alerts through the same delivery as gradient alerts: a log line, an
     `alerts/<rule>` flag, JSON Lines and the tier's action.
 
+    The numbers are published to a `keras_gradmon.hub.Hub` (source
+    "activations"): its own, writing to `log_dir` / `writer`, or `hub`,
+    shared with other monitors. The options come as an `ActivationOptions`
+    or, one by one, as keyword arguments (its fields, listed below).
+
     Args:
         model: A Keras 3 or tf_keras model or tf-agents network.
+        options: An `ActivationOptions`, or the probe batch `data`.
+        forward: Runs the model on the probe batch; default
+            `model(data, training=False)`.
+        hub: Publish to this hub instead of one of the monitor's own (then
+            without `log_dir` / `writer`).
+        **overrides: Options, replacing those of `options`:
+
         data: The probe batch, as `model` takes it (a few hundred samples of
             held-out inputs; its size is the window of the dead-unit count).
         layers: None for every layer with a hidden activation (not linear
@@ -89,8 +106,6 @@ class ActivationMonitor:
             this many steps.
         max_per_rule: At most this many alerts per rule and tier.
         tag_scope: Inserted after the statistic in every tag.
-        forward: Runs the model on the probe batch; default
-            `model(data, training=False)`.
 
     Example:
 
@@ -106,51 +121,31 @@ class ActivationMonitor:
     def __init__(
         self,
         model: Any,
-        data: Any,
-        layers: str | Sequence[str] | None = None,
-        every_n_steps: HostFrequency = 100,
-        histogram_buckets: int | None = 30,
-        std_band: tuple[float, float] | None = (0.5, 2.0),
-        dead_fraction: float | None = 0.25,
-        rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
-        actions: Mapping[str, Action] | None = None,
-        log_dir: str | None = None,
-        writer: Any = None,
-        jsonl_path: str | None = None,
-        cooldown_steps: int = 0,
-        max_per_rule: int | None = None,
-        tag_scope: str | None = None,
+        options: ActivationOptions | Any = None,
+        *,
         forward: Callable[[Any], Any] | None = None,
+        hub: Hub | None = None,
+        **overrides: Any,
     ) -> None:
-        options = ActivationOptions(
-            data,
-            layers,
-            every_n_steps,
-            histogram_buckets,
-            std_band,
-            dead_fraction,
-            rules,
-            actions,
-            log_dir,
-            writer,
-            jsonl_path,
-            cooldown_steps,
-            max_per_rule,
-            tag_scope,
-        )
-        self.every_n_steps = every_n_steps
+        options = ActivationOptions.of(options, overrides, "ActivationMonitor")
+        self.options = options
+        self.every_n_steps = options.every_n_steps
         self.schedule = options.schedule()
-        self.tag_scope = tag_scope
-        self.watched: list[WatchedLayer] = select_layers(model, layers)
+        self.tag_scope = options.tag_scope
+        self.watched: list[WatchedLayer] = select_layers(model, options.layers)
         if forward is None:
 
             def forward(batch: Any) -> Any:
                 return model(batch, training=False)
 
-        self.probe = ActivationProbe(self.watched, forward, data, histogram_buckets)
-        self.engine, self.delivery = options.alerting()
+        self.probe = ActivationProbe(
+            self.watched, forward, options.data, options.histogram_buckets
+        )
+        self._owns_hub = hub is None
+        self.hub = recording_hub(options.log_dir, options.writer, hub)
+        self.engine, self.delivery = options.alerting(self.hub)
         self.delivery.writes = lambda: _writes_summaries(model)
-        self.recorder = self.delivery.recorder
+        self.hub.subscribe(AlertRunner(self.engine, self.delivery), origin=self)
         #: The most recent measurement, or None.
         self.latest: ActivationSnapshot | None = None
 
@@ -196,21 +191,32 @@ class ActivationMonitor:
         """
         snapshot = self.probe.measure(int(step))
         self.latest = snapshot
-        if self.recorder is not None and self.delivery.writes():
-            scope = self.tag_scope
-            self.recorder.write_scalars(snapshot.scalar_values(scope), snapshot.step)
-            self.recorder.write_histograms(
-                snapshot.histogram_values(scope), snapshot.step
-            )
-        alerts = self.engine.update(snapshot.step, activation_metrics(snapshot))
-        self.delivery.deliver(snapshot.step, alerts, self.engine)
+        # Publishes the numbers to the recorders and the metrics to the
+        # alert runner (which publishes its flags through the same hub).
+        self.hub.publish(self._publication(snapshot))
         return snapshot
 
+    def _publication(self, snapshot: ActivationSnapshot) -> Publication:
+        record = bool(self.hub.recorders) and self.delivery.writes()
+        scope = self.tag_scope
+        return Publication(
+            snapshot.step,
+            ACTIVATIONS,
+            scalars=snapshot.scalar_values(scope) if record else {},
+            histograms=snapshot.histogram_values(scope) if record else {},
+            metrics=activation_metrics(snapshot),
+            origin=self,
+            record=record,
+        )
+
     def flush(self) -> None:
-        """Flushes the event file."""
-        if self.recorder is not None:
-            self.recorder.flush()
+        """Flushes the hub's recorders."""
+        self.hub.flush()
 
     def close(self) -> None:
-        """Closes the event file (a later measurement reopens it)."""
-        self.delivery.close()
+        """Closes the event file (a later measurement reopens it); a shared
+        hub is flushed, and closed by its owner."""
+        if self._owns_hub:
+            self.hub.close()
+        else:
+            self.hub.flush()

@@ -1,18 +1,21 @@
-"""`AlertChecker`: runs the alert rules on every summary a monitored
-optimizer recorded, and delivers what fires (`runner.AlertDelivery`)."""
+"""`AlertChecker`: publishes the alert metrics of every summary a monitored
+optimizer recorded to a hub, whose `AlertRunner` runs the rules and
+delivers what fires (`runner.AlertDelivery`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from keras_gradmon import distribute
 from keras_gradmon.alerts import Alert, AlertEngine
 from keras_gradmon.alerts.base import Rule
-from keras_gradmon.alerts.runner import Action, AlertDelivery, alerting
-from keras_gradmon.history import Cursor, unpack
-from keras_gradmon.state import NO_STEP, Snapshot
+from keras_gradmon.alerts.runner import Action, AlertDelivery, AlertRunner, alerting
+from keras_gradmon.history import NO_STEP, Cursor, unpack
+from keras_gradmon.hub import GRADIENTS, Hub, Publication, chief_writes
 from keras_gradmon.tags import GLOBAL
+
+if TYPE_CHECKING:
+    from keras_gradmon.state import Snapshot
 
 
 def summary_metrics(snapshot: Snapshot) -> dict[str, dict[str, float]]:
@@ -47,6 +50,8 @@ class AlertChecker:
         cooldown_steps: The same rule, tier and subject is not reported
             again within this many steps (a critical passes a warning's).
         max_per_rule: At most this many alerts per rule and tier.
+        hub: A `keras_gradmon.hub.Hub` to publish the flags and alert texts
+            to (its recorders get them), instead of `log_dir` / `writer`.
 
     Example:
 
@@ -70,9 +75,17 @@ class AlertChecker:
         jsonl_path: str | None = None,
         cooldown_steps: int = 0,
         max_per_rule: int | None = None,
+        hub: Hub | None = None,
     ) -> None:
         engine, delivery = alerting(
-            rules, actions, log_dir, writer, jsonl_path, cooldown_steps, max_per_rule
+            rules,
+            actions,
+            log_dir,
+            writer,
+            jsonl_path,
+            cooldown_steps,
+            max_per_rule,
+            hub,
         )
         self._attach(optimizer, engine, delivery)
 
@@ -96,9 +109,8 @@ class AlertChecker:
         self.engine = engine
         self.delivery = delivery
         delivery.tag_scope = monitor.config.tag_scope
-        delivery.writes = lambda: distribute.writes_summaries(
-            monitor.state.scalars.count
-        )
+        delivery.writes = lambda: chief_writes(monitor.state.scalars.count)
+        delivery.hub.subscribe(AlertRunner(engine, delivery), origin=self)
         #: The step of the last summary the rules saw.
         self.checked_step = NO_STEP
         self._cursor: Cursor | None = None
@@ -129,11 +141,14 @@ class AlertChecker:
         if monitor.state.scalars.read_count() <= self._cursor.seen:
             return []
         entries, _ = self._cursor.new(*unpack(monitor.state.capture_scalars()))
-        alerts: list[Alert] = []
+        before = len(self.engine.history)
         for entry in entries:
             snapshot = monitor.scalar_values(entry.step, *entry.payloads)
             self.checked_step = snapshot.step
-            fired = self.engine.update(snapshot.step, summary_metrics(snapshot))
-            self.delivery.deliver(snapshot.step, fired, self.engine)
-            alerts += fired
-        return alerts
+            # For the alert runner only: the numbers are the writer's to record.
+            metrics = summary_metrics(snapshot)
+            publication = Publication(
+                snapshot.step, GRADIENTS, metrics=metrics, origin=self, record=False
+            )
+            self.delivery.hub.publish(publication)
+        return self.engine.history[before:]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from keras_gradmon import _validation
+from keras_gradmon import _validation, defaults
 from keras_gradmon.alerts.band import BandRule
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.growth import GrowthRule
@@ -57,8 +57,8 @@ DEAD_UNITS_HINT = (
 
 
 def default_activation_rules(
-    std_band: tuple[float, float] | None = (0.5, 2.0),
-    dead_fraction: float | None = 0.25,
+    std_band: tuple[float, float] | None = defaults.STD_BAND,
+    dead_fraction: float | None = defaults.DEAD_FRACTION,
 ) -> dict[str, Rule]:
     """Returns fresh activation health rules, keyed by name.
 

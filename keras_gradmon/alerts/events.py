@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from keras_gradmon.formatting import format_number
+
 #: Tier of an alert that needs a look but not necessarily action.
 WARNING = "warning"
 #: Tier of an alert that means training is, or is about to be, broken.
@@ -37,26 +39,6 @@ _TITLES = {
 # A non-finite alert may name hundreds of variables; the log line shows the
 # first few and `details` keeps them all.
 _MAX_LISTED_SUBJECTS = 5
-
-
-def format_number(x: float) -> str:
-    """Formats a number for a log line: thousands separators, 4 significant digits.
-
-    Args:
-        x: Any float, including NaN and infinities.
-
-    Returns:
-        `"826,256"` style for magnitudes in [1e3, 1e9), else the shortest of
-        4 significant digits (`"0.0123"`, `"1.5e+12"`, `"nan"`, `"inf"`).
-
-    Example:
-
-    >>> format_number(826256.0), format_number(0.5), format_number(3.0)
-    ('826,256', '0.5', '3')
-    """
-    if math.isfinite(x) and 1e3 <= abs(x) < 1e9:
-        return f"{x:,.0f}"
-    return f"{x:.4g}"
 
 
 def _jsonable(x: Any) -> Any:

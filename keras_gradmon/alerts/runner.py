@@ -1,6 +1,6 @@
-"""`AlertChecker`: runs the alert rules on each fresh summary of a monitored
-optimizer and delivers what fires: log line, TensorBoard flag, JSON Lines,
-and the action of the alert's tier."""
+"""`AlertRunner`: feeds a monitor's publications to its alert engine and
+delivers what fires (`AlertDelivery`): log line, `alerts/<rule>` flags and
+alert texts through a `Hub`, JSON Lines, and the action of the alert's tier."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from keras_gradmon.alerts import CRITICAL, TIERS, WARNING, Alert, AlertEngine
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.events import ALERT_LOG
 from keras_gradmon.alerts.limiter import RateLimiter
-from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, check_log_dir
+from keras_gradmon.hub import ALERTS, Hub, Publication, recording_hub
+from keras_gradmon.recorders.tensorboard import check_log_dir
 from keras_gradmon.tags import tag
 
 #: What to do when an alert of a tier fires: "log" (only the log line),
@@ -67,18 +68,21 @@ def validate_actions(actions: Mapping[str, Action] | None) -> dict[str, Action]:
 class AlertDelivery:
     """Delivers what an `AlertEngine` raised: a log line per alert (logger
     "keras_gradmon"), `alerts/<rule>` flags and the alerts as JSON text
-    (`alert_log/all`) in TensorBoard, JSON Lines, and each tier's action.
-    Shared by the gradient and the activation alerts.
+    (`alert_log/all`) published to a `Hub` (source "alerts", so every
+    recorder of the hub gets them), JSON Lines, and each tier's action.
+    Shared by the gradient, activation and RL alerts.
 
     Args:
         actions: `{tier: action}`; see `Action`.
         log_dir: Where to write `alerts/<rule>` (0 or 1 at each summary);
-            or `writer`, an existing `tf.summary` writer. Neither: none.
+            or `writer`, an existing `tf.summary` writer; or `hub`. None of
+            them: no flags.
         jsonl_path: Append each alert as one JSON line to this file.
         tag_scope: Inserted in the flags' tags (`alerts/<scope>/<rule>`).
         writes: Says whether this process writes TensorBoard summaries
             (False on the non-chief workers of a multi-worker strategy);
             None: always. Logging, JSON Lines and actions happen anyway.
+        hub: The hub to publish the flags to (not closed by `close`).
 
     Example:
 
@@ -94,22 +98,23 @@ class AlertDelivery:
         jsonl_path: str | None = None,
         tag_scope: str | None = None,
         writes: Callable[[], bool] | None = None,
+        hub: Hub | None = None,
     ) -> None:
         self.actions = validate_actions(actions)
         self.writes = writes or (lambda: True)
-        self.recorder = (
-            TensorBoardRecorder(log_dir=log_dir, writer=writer)
-            if log_dir is not None or writer is not None
-            else None
-        )
+        self._owns_hub = hub is None
+        self.hub = recording_hub(log_dir, writer, hub)
         self.jsonl_path = jsonl_path
         self.tag_scope = tag_scope
         self.stop_requested = False
 
     def close(self) -> None:
-        """Closes the event file of the flags (a later write reopens it)."""
-        if self.recorder is not None:
-            self.recorder.close()
+        """Closes the hub's event files if the hub is this delivery's own (a
+        later write reopens them); flushes a shared one."""
+        if self._owns_hub:
+            self.hub.close()
+        else:
+            self.hub.flush()
 
     def deliver(self, step: int, alerts: list[Alert], engine: AlertEngine) -> None:
         """Logs, records and acts on the `alerts` `engine` raised at `step`.
@@ -124,23 +129,7 @@ class AlertDelivery:
             with open(self.jsonl_path, "a", encoding="utf-8") as file:
                 for alert in alerts:
                     file.write(json.dumps(alert.to_dict()) + "\n")
-        if self.recorder is not None and self.writes():
-            self.recorder.write_scalars(
-                {
-                    tag("alerts", name, self.tag_scope): float(name in engine.fired)
-                    for name in engine.rules
-                },
-                step,
-            )
-            if alerts:
-                # The alerts themselves, for `keras-gradmon report` and
-                # TensorBoard's Text dashboard: one JSON object per line.
-                self.recorder.write_text(
-                    tag(ALERT_LOG, "all", self.tag_scope),
-                    [json.dumps(alert.to_dict()) for alert in alerts],
-                    step,
-                )
-            self.recorder.flush()
+        self._publish(step, alerts, engine)
         for alert in alerts:
             action = self.actions[alert.tier]
             if action == "stop":
@@ -149,6 +138,64 @@ class AlertDelivery:
                 raise GradientAlertError(alert)
             elif callable(action):
                 action(alert)
+
+    def _publish(self, step: int, alerts: list[Alert], engine: AlertEngine) -> None:
+        flags = {
+            tag("alerts", name, self.tag_scope): float(name in engine.fired)
+            for name in engine.rules
+        }
+        # The alerts themselves, for `keras-gradmon report` and TensorBoard's
+        # Text dashboard: one JSON object per line.
+        texts = {}
+        if alerts:
+            lines = [json.dumps(alert.to_dict()) for alert in alerts]
+            texts[tag(ALERT_LOG, "all", self.tag_scope)] = lines
+        # Written where this process writes summaries (the chief); the
+        # hub's listeners get the flags anyway.
+        record = bool(self.hub.recorders) and self.writes()
+        self.hub.publish(
+            Publication(step, ALERTS, flags, texts=texts, origin=self, record=record)
+        )
+        if record:
+            self.hub.flush()
+
+
+class AlertRunner:
+    """A hub listener: feeds the `metrics` of each publication to `engine`
+    and delivers what fires. Publications without metrics are skipped. Two
+    publications of one step (an RL summary, then an evaluation) share
+    their flags: a rule that fired at the first stays flagged.
+
+    Args:
+        engine: The rules.
+        delivery: Where the alerts go.
+
+    Example:
+
+    >>> runner = AlertRunner(engine, delivery)  # doctest: +SKIP
+    >>> hub.subscribe(runner, origin=monitor)  # doctest: +SKIP
+    """
+
+    def __init__(self, engine: AlertEngine, delivery: AlertDelivery) -> None:
+        self.engine = engine
+        self.delivery = delivery
+        self._fired: tuple[int | None, set[str]] = (None, set())
+
+    def __call__(self, publication: Publication) -> list[Alert]:
+        """Runs the rules on `publication.metrics`; returns their alerts.
+
+        Raises:
+            GradientAlertError: When an alert's tier has the "raise" action.
+        """
+        if not publication.metrics:
+            return []
+        step = publication.step
+        alerts = self.engine.update(step, publication.metrics)
+        if self._fired[0] == step:
+            self.engine.fired |= self._fired[1]
+        self._fired = (step, set(self.engine.fired))
+        self.delivery.deliver(step, alerts, self.engine)
+        return alerts
 
 
 def alerting(
@@ -159,20 +206,16 @@ def alerting(
     jsonl_path: str | None = None,
     cooldown_steps: int = 0,
     max_per_rule: int | None = None,
+    hub: Hub | None = None,
 ) -> tuple[AlertEngine, AlertDelivery]:
     """The engine and the delivery of an alert checker, every argument
     checked (so that callbacks fail at construction, not at `fit`)."""
     engine = AlertEngine(
         rules, RateLimiter(cooldown_steps=cooldown_steps, max_per_rule=max_per_rule)
     )
-    if log_dir is not None and writer is not None:
-        raise ValueError(
-            "Pass at most one of `log_dir` and `writer`. Received: "
-            f"log_dir={log_dir!r}, writer={writer!r}"
-        )
     if jsonl_path is not None:
         check_log_dir("jsonl_path", jsonl_path)
     delivery = AlertDelivery(
-        actions, log_dir=log_dir, writer=writer, jsonl_path=jsonl_path
+        actions, log_dir=log_dir, writer=writer, jsonl_path=jsonl_path, hub=hub
     )
     return engine, delivery

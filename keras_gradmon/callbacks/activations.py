@@ -3,17 +3,15 @@ during `fit`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import keras
 
-from keras_gradmon.activations.monitor import ActivationMonitor, HostFrequency
+from keras_gradmon.activations.monitor import ActivationMonitor
 from keras_gradmon.activations.options import ActivationOptions
 from keras_gradmon.alerts import Alert
-from keras_gradmon.alerts.base import Rule
-from keras_gradmon.alerts.runner import Action
 from keras_gradmon.callbacks.steps import StepTracker, optimizer_step
+from keras_gradmon.hub import Hub, check_hub
 
 
 class ActivationMonitorCallback(keras.callbacks.Callback):
@@ -31,30 +29,19 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
     `ActivationMonitor`).
 
     Args:
-        data: The probe batch of model inputs (a few hundred held-out
-            samples): the window over which a unit must stay at zero to
-            count as dead.
-        log_dir: Directory of the event file; or `writer`, an existing
-            `tf.summary` writer.
-        writer: See `log_dir`.
-        layers: None for every layer with a hidden activation; a list of
-            layer names; or a regex. Unknown names are an error listing
-            the model's layers (when the model is known: at construction
-            with `model=`, else when `fit` starts).
-        every_n_steps: Measure every N steps, or a callable from the step
-            to a bool.
-        histogram_buckets: Histogram buckets, or None for no histograms.
-        std_band: Healthy `(low, high)` activation std; None: no alert.
-        dead_fraction: Warn above this fraction of dead units; None: no
-            alert.
-        rules: Alert rules replacing the two defaults; `{}` for none.
-        actions: `{tier: action}`: "log" (default), "stop", "raise" or a
-            callable.
-        jsonl_path: Append each alert as one JSON line to this file.
-        cooldown_steps: Do not repeat an alert within this many steps.
-        max_per_rule: At most this many alerts per rule and tier.
-        tag_scope: Inserted after the statistic in every tag.
-        model: The model, when known before `fit` (checks `layers` now).
+        options: An `ActivationOptions`, or the probe batch `data` of model
+            inputs (a few hundred held-out samples: the window over which a
+            unit must stay at zero to count as dead).
+        model: The model, when known before `fit` (checks `layers` now;
+            unknown names are an error listing the model's layers, else
+            when `fit` starts).
+        hub: Publish to this `keras_gradmon.hub.Hub` (shared with the
+            gradient and RL monitors) instead of one of its own.
+        **overrides: Options (`ActivationOptions` fields) one by one, as
+            for `ActivationMonitor`: `log_dir` / `writer`, `layers`,
+            `every_n_steps`, `histogram_buckets`, `std_band`,
+            `dead_fraction`, `rules`, `actions`, `jsonl_path`,
+            `cooldown_steps`, `max_per_rule`, `tag_scope`.
 
     Example:
 
@@ -66,40 +53,18 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
 
     def __init__(
         self,
-        data: Any,
-        log_dir: str | None = None,
-        writer: Any = None,
-        layers: str | Sequence[str] | None = None,
-        every_n_steps: HostFrequency = 100,
-        histogram_buckets: int | None = 30,
-        std_band: tuple[float, float] | None = (0.5, 2.0),
-        dead_fraction: float | None = 0.25,
-        rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
-        actions: Mapping[str, Action] | None = None,
-        jsonl_path: str | None = None,
-        cooldown_steps: int = 0,
-        max_per_rule: int | None = None,
-        tag_scope: str | None = None,
+        options: ActivationOptions | Any = None,
+        *,
         model: Any = None,
+        hub: Hub | None = None,
+        **overrides: Any,
     ) -> None:
         super().__init__()
         # Everything that can be checked without the model, checked now.
-        self._options = ActivationOptions(
-            data,
-            layers,
-            every_n_steps,
-            histogram_buckets,
-            std_band,
-            dead_fraction,
-            rules,
-            actions,
-            log_dir,
-            writer,
-            jsonl_path,
-            cooldown_steps,
-            max_per_rule,
-            tag_scope,
-        )
+        name = type(self).__name__
+        self._options = ActivationOptions.of(options, overrides, name)
+        check_hub(hub, self._options.log_dir, self._options.writer)
+        self._hub = hub
         self.monitor: ActivationMonitor | None = None
         self._steps = StepTracker()
         self._previous: int | None = None
@@ -114,7 +79,7 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
     def set_model(self, model: Any) -> None:
         super().set_model(model)
         if self.monitor is None or self._monitored_model is not model:
-            self.monitor = ActivationMonitor(model, **self._options.as_kwargs())
+            self.monitor = ActivationMonitor(model, self._options, hub=self._hub)
             self._monitored_model = model
 
     def on_train_begin(self, logs: dict | None = None) -> None:

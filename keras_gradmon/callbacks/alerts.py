@@ -17,6 +17,7 @@ from keras_gradmon.callbacks.steps import (
     monitored_optimizer,
     optimizer_step,
 )
+from keras_gradmon.hub import Hub
 
 
 class GradientAlertCallback(keras.callbacks.Callback):
@@ -46,6 +47,8 @@ class GradientAlertCallback(keras.callbacks.Callback):
         cooldown_steps: Do not repeat the same rule, tier and subject within
             this many steps.
         max_per_rule: At most this many alerts per rule and tier.
+        hub: A `keras_gradmon.hub.Hub` to publish the flags and alert texts
+            to (its recorders get them), instead of `log_dir` / `writer`.
 
     Example:
 
@@ -67,11 +70,19 @@ class GradientAlertCallback(keras.callbacks.Callback):
         jsonl_path: str | None = None,
         cooldown_steps: int = 0,
         max_per_rule: int | None = None,
+        hub: Hub | None = None,
     ) -> None:
         super().__init__()
         # Every argument is checked now, not when `fit` starts.
         self._engine, self._delivery = alerting(
-            rules, actions, log_dir, writer, jsonl_path, cooldown_steps, max_per_rule
+            rules,
+            actions,
+            log_dir,
+            writer,
+            jsonl_path,
+            cooldown_steps,
+            max_per_rule,
+            hub,
         )
         self._optimizer = optimizer
         self.checker: AlertChecker | None = None

@@ -14,29 +14,12 @@ from keras_gradmon.callbacks.steps import (
     monitored_optimizer,
     optimizer_step,
 )
+from keras_gradmon.hub import Hub, check_hub, check_recorders
 from keras_gradmon.recorders.base import Recorder
 from keras_gradmon.recorders.keras_logs import KerasLogsRecorder
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 from keras_gradmon.recorders.writer import MonitorWriter
 from keras_gradmon.tags import GLOBAL, tag
-
-
-def _check_recorders(recorders: Sequence[Recorder] | None) -> list[Recorder]:
-    if recorders is None:
-        return []
-    if isinstance(recorders, (str, bytes)) or not isinstance(recorders, Sequence):
-        raise ValueError(
-            "`recorders` must be a list of recorders (see "
-            f"keras_gradmon.recorders). Received: recorders={recorders!r}"
-        )
-    for recorder in recorders:
-        if not isinstance(recorder, Recorder):
-            raise ValueError(
-                "`recorders` must hold objects with write_scalars, "
-                "write_histograms, write_text, flush, close and destination "
-                f"(the Recorder protocol). Received: {recorder!r}"
-            )
-    return list(recorders)
 
 
 class GradientSummaryCallback(keras.callbacks.Callback):
@@ -59,6 +42,9 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         logs_key: The Keras logs key of the global gradient norm, or None.
         recorders: More destinations (`keras_gradmon.recorders`: JSON
             Lines, console, or your own `Recorder`).
+        hub: A `keras_gradmon.hub.Hub` shared with other monitors
+            (activations, RL health), instead of `log_dir` / `writer`: the
+            statistics go to its recorders (and `recorders` are added to it).
 
     Example:
 
@@ -76,10 +62,15 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         optimizer: Any = None,
         logs_key: str | None = "grad_norm",
         recorders: Sequence[Recorder] | None = None,
+        hub: Hub | None = None,
     ) -> None:
         super().__init__()
-        self._tensorboard = TensorBoardRecorder(log_dir=log_dir, writer=writer)
-        self._extra = _check_recorders(recorders)
+        check_hub(hub, log_dir, writer)
+        self._tensorboard = (
+            TensorBoardRecorder(log_dir=log_dir, writer=writer) if hub is None else None
+        )
+        self._hub = hub
+        self._extra = check_recorders(recorders)
         if logs_key is not None and not (isinstance(logs_key, str) and logs_key):
             raise ValueError(
                 "`logs_key` must be a non-empty string or None. "
@@ -105,9 +96,10 @@ class GradientSummaryCallback(keras.callbacks.Callback):
             recorders = [self._tensorboard, self._logs, *self._extra]
             self._writer = MonitorWriter(
                 monitored.monitor,
-                recorders,
+                [r for r in recorders if r is not None],
                 monitored._monitor_name(),
                 asynchronous=True,
+                hub=self._hub,
             )
         return self._writer
 

@@ -9,7 +9,7 @@ from typing import IO
 
 import numpy as np
 
-from keras_gradmon.alerts.events import format_number
+from keras_gradmon.formatting import format_number
 
 #: By default: the step-wide numbers (global norms, clipping, skips).
 DEFAULT_TAGS = r"(^|/)global$|^clip/|^skipped/|^loss_scale/"

@@ -1,24 +1,23 @@
-"""`MonitorWriter`: hands a monitor's fresh statistics to its recorders, once
-each, from a worker thread; `write_summaries`, the one call a custom
-training loop needs."""
+"""`MonitorWriter`: publishes a monitor's fresh statistics to a `Hub` (and
+so to its recorders), once each, from a worker thread."""
 
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from keras_gradmon import distribute
 from keras_gradmon.history import Cursor, Entry, latest_entry, unpack
-from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.hub import GRADIENTS, Hub, Publication, chief_writes
 from keras_gradmon.recorders import claims
 from keras_gradmon.recorders.base import Recorder
 from keras_gradmon.recorders.buckets import histogram_rows
-from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 from keras_gradmon.recorders.worker import Worker
-from keras_gradmon.state import HistogramSnapshot, Snapshot
 from keras_gradmon.tags import tag
+
+if TYPE_CHECKING:
+    from keras_gradmon.monitor import GradientMonitor
+    from keras_gradmon.state import HistogramSnapshot, Snapshot
 
 logger = logging.getLogger("keras_gradmon")
 
@@ -41,7 +40,8 @@ def histogram_values(monitor: GradientMonitor, snapshot: HistogramSnapshot) -> d
 
 
 class MonitorWriter:
-    """Writes every summary a `GradientMonitor` recorded to `recorders`, once.
+    """Publishes every summary a `GradientMonitor` recorded to a `Hub`, once
+(source "gradients"): the hub's recorders write it.
 
     `capture()` is what the training thread calls after a step that may
     have recorded: a few raw variable reads of the monitor's rings of
@@ -65,10 +65,13 @@ class MonitorWriter:
 
     Args:
         monitor: The monitor (a wrapper's `.monitor`).
-        recorders: Where to write.
+        recorders: Where to write: added to the hub.
         label: How errors name the monitored optimizer.
         asynchronous: Read back and write on a worker thread.
         queue_size: The most captures waiting for the worker.
+        hub: A hub shared with other monitors (activations, RL health);
+            None: a hub of this writer's own, closed by `close()` (a shared
+            one is flushed, and closed by its owner).
 
     Example:
 
@@ -81,14 +84,17 @@ class MonitorWriter:
     def __init__(
         self,
         monitor: GradientMonitor,
-        recorders: Sequence[Recorder],
+        recorders: Sequence[Recorder] | None = None,
         label: str = "",
         asynchronous: bool = False,
         queue_size: int = 32,
+        hub: Hub | None = None,
     ) -> None:
         self.monitor = monitor
-        self.recorders = list(recorders)
-        self.immediate = [r for r in self.recorders if getattr(r, "immediate", False)]
+        self._owns_hub = hub is None
+        self.hub = Hub() if hub is None else hub
+        for recorder in recorders or ():
+            self.hub.add(recorder)
         self.label = label or "optimizer"
         self.latest: Snapshot | None = None
         #: Whether the last look found no fresh summary where one was due (a
@@ -102,9 +108,19 @@ class MonitorWriter:
         )
 
     @property
+    def recorders(self) -> list[Recorder]:
+        """The hub's recorders."""
+        return self.hub.recorders
+
+    @property
+    def immediate(self) -> list[Recorder]:
+        """The recorders written on the capturing thread (Keras logs)."""
+        return [r for r in self.recorders if getattr(r, "immediate", False)]
+
+    @property
     def writes(self) -> bool:
         """Whether this process writes (False on non-chief workers)."""
-        return distribute.writes_summaries(self.monitor.state.scalars.count)
+        return chief_writes(self.monitor.state.scalars.count)
 
     @property
     def dropped(self) -> dict[str, int]:
@@ -138,24 +154,29 @@ class MonitorWriter:
             state.capture_scalars() if scalars else None,
             state.capture_histograms() if histograms else None,
         )
-        if scalars and self.immediate:
-            self._write_immediate(item[0])
+        immediate = self.immediate
+        if scalars and immediate:
+            self._write_immediate(item[0], immediate)
         if self._worker is None:
             self._process(item)
         else:
             self._worker.put(item)
 
-    def _write_immediate(self, captured: tuple) -> None:
+    def _write_immediate(self, captured: tuple, immediate: list[Recorder]) -> None:
         entry = latest_entry(self.monitor.layout.history, *unpack(captured))
         if entry is None:
             return
         snapshot = self.monitor.scalar_values(entry.step, *entry.payloads)
-        wanted = {t for r in self.immediate for t in getattr(r, "keys", {}).values()}
+        wanted = {t for r in immediate for t in getattr(r, "keys", {}).values()}
         values = self.monitor.tags.values_of(
             snapshot.values, snapshot.has_grad, wanted
         )
-        for recorder in self.immediate:
-            recorder.write_scalars(values, snapshot.step)
+        publication = Publication(snapshot.step, GRADIENTS, scalars=values)
+        self.hub.write(publication, immediate)
+
+    def _publish(self, step: int, recorders: list[Recorder], **numbers: dict) -> None:
+        publication = Publication(step, GRADIENTS, origin=self.monitor, **numbers)
+        self.hub.publish(publication, recorders)
 
     def _process(self, item: tuple) -> None:
         scalars, histograms = item
@@ -197,19 +218,20 @@ class MonitorWriter:
             self.flush()
         return fresh_stats or fresh_hist
 
+    def _deferred(self) -> list[Recorder]:
+        """The recorders written from the queue: all but the immediate ones."""
+        return [r for r in self.recorders if not getattr(r, "immediate", False)]
+
     def _write_scalars(self, snapshot: Snapshot) -> None:
         if self.writes:
             values = self.monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
-            for recorder in self.recorders:
-                if recorder not in self.immediate:
-                    recorder.write_scalars(values, snapshot.step)
+            self._publish(snapshot.step, self._deferred(), scalars=values)
         self.latest = snapshot
 
     def _write_histograms(self, snapshot: HistogramSnapshot) -> None:
         if self.writes:
             values = histogram_values(self.monitor, snapshot)
-            for recorder in self.recorders:
-                recorder.write_histograms(values, snapshot.step)
+            self._publish(snapshot.step, self.recorders, histograms=values)
 
     def _report_lost(self, kind: str, lost: int, entries: list[Entry]) -> None:
         """Writes the count of `kind` lost so far (and says so, once)."""
@@ -232,8 +254,7 @@ class MonitorWriter:
         step = entries[0].step if entries else -1
         if self.writes and step >= 0:
             name = tag("dropped", kind, self.monitor.tags.scope)
-            for recorder in self.recorders:
-                recorder.write_scalars({name: float(total)}, step)
+            self._publish(step, self.recorders, scalars={name: float(total)})
 
     def drain(self) -> None:
         """Waits until every capture so far is written (re-raising a
@@ -242,58 +263,15 @@ class MonitorWriter:
             self._worker.drain()
 
     def flush(self) -> None:
-        for recorder in self.recorders:
-            recorder.flush()
+        """Flushes the hub's recorders."""
+        self.hub.flush()
 
     def close(self) -> None:
         """Drains, writes what is fresh, then closes every recorder."""
         self.write()
         if self._worker is not None:
             self._worker.stop()
-        for recorder in self.recorders:
-            recorder.close()
-
-
-_writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def write_summaries(optimizer: Any, writer: Any) -> bool:
-    """Writes the statistics `optimizer` recorded since the last call.
-
-    The one line a custom training loop needs after `apply_gradients`;
-    what it writes is flushed to the event file at once.
-    Statistics already written are not written again, so calling it every
-    step costs two small host reads on steps without fresh statistics.
-
-    Args:
-        optimizer: A monitored optimizer (any adapter), or an optimizer
-            wrapping one.
-        writer: A `tf.summary` writer (`tf.summary.create_file_writer(...)`)
-            or a log directory.
-
-    Returns:
-        Whether anything was written.
-
-    Example:
-
-    ```python
-    writer = tf.summary.create_file_writer("logs/train")
-    for x, y in dataset:
-        train_step(x, y)  # calls optimizer.apply_gradients(...)
-        keras_gradmon.write_summaries(optimizer, writer)
-    ```
-    """
-    from keras_gradmon.adapters.base import find_monitored
-
-    monitored = find_monitored(optimizer)
-    per_optimizer = _writers.setdefault(monitored.monitor, {})
-    key = writer if isinstance(writer, str) else id(writer)
-    if key not in per_optimizer:
-        recorder = (
-            TensorBoardRecorder(log_dir=writer)
-            if isinstance(writer, str)
-            else TensorBoardRecorder(writer=writer)
-        )
-        label = monitored._monitor_name()
-        per_optimizer[key] = MonitorWriter(monitored.monitor, [recorder], label)
-    return per_optimizer[key].write()
+        if self._owns_hub:
+            self.hub.close()
+        else:
+            self.flush()  # a shared hub: its owner closes it

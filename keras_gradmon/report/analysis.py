@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 
+from keras_gradmon import defaults
 from keras_gradmon.alerts import CRITICAL, TIERS
 from keras_gradmon.report.events import Run
 from keras_gradmon.report.findings import (
@@ -52,8 +53,8 @@ class HealthCriteria:
 
     explosion_factor: float = 100.0
     vanishing_ratio: float = 1e-4
-    dead_fraction: float = 0.25
-    std_band: tuple[float, float] = (0.5, 2.0)
+    dead_fraction: float = defaults.DEAD_FRACTION
+    std_band: tuple[float, float] = defaults.STD_BAND
     saturated_fraction: float = 0.5
 
 

@@ -5,26 +5,19 @@ and using every sample enough? Written to TensorBoard at summary steps.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
 
-from keras_gradmon import _validation
-from keras_gradmon.alerts import Alert, AlertEngine, RateLimiter
-from keras_gradmon.alerts.base import Rule
-from keras_gradmon.alerts.runner import Action, AlertDelivery, validate_actions
-from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+from keras_gradmon.alerts import Alert, AlertEngine
+from keras_gradmon.alerts.runner import AlertDelivery, AlertRunner
+from keras_gradmon.hub import RL, Hub, Publication, recording_hub
+from keras_gradmon.options import with_overrides
 from keras_gradmon.rl import rules as R
-from keras_gradmon.rl.building import (
-    callable_or_none,
-    check_agent,
-    finite_numbers,
-    make_probe,
-    make_writer,
-    optional,
-)
+from keras_gradmon.rl.building import check_agent, finite_numbers, make_probe
 from keras_gradmon.rl.observer import EpisodeObserver
+from keras_gradmon.rl.options import RLOptions
 from keras_gradmon.rl.progress import Progress, transitions_per_batch
 from keras_gradmon.rl.readings import (
     alert_metrics,
@@ -34,8 +27,7 @@ from keras_gradmon.rl.readings import (
     loss_numbers,
 )
 from keras_gradmon.rl.tags import alert_scope, rl_tag
-from keras_gradmon.rl.values import ValueFn, discount_of, value_function
-from keras_gradmon.schedule import Frequency, Schedule
+from keras_gradmon.rl.values import discount_of, value_function
 
 
 class RLHealthMonitor:
@@ -52,8 +44,18 @@ class RLHealthMonitor:
     comparison: the agent's step counter is read at the first call and at
     summary steps only, and counted on the host in between.
 
+    The numbers are published to a `keras_gradmon.hub.Hub` (source "rl"):
+    its own, writing to `log_dir` / `writer`, or `hub`, shared with the
+    gradient and activation monitors. The options come as an `RLOptions`
+    or, one by one, as keyword arguments (its fields, listed below).
+
     Args:
         agent: A tf-agents agent.
+        options: An `RLOptions`.
+        hub: Publish to this hub instead of one of the monitor's own (then
+            without `log_dir` / `writer`).
+        **overrides: Options, replacing those of `options`:
+
         env_batch_size: The collect environment's `batch_size`.
         every_n_steps: Summary frequency in train steps (int or callable).
         log_dir: Where to write; or `writer`, a `tf.summary` writer (the
@@ -94,89 +96,60 @@ class RLHealthMonitor:
     def __init__(
         self,
         agent: Any,
+        options: RLOptions | None = None,
         *,
-        env_batch_size: int = 1,
-        every_n_steps: Frequency = 1000,
-        log_dir: str | None = None,
-        writer: Any = None,
-        window: int = 100,
-        solve_threshold: float | None = None,
-        value_fn: ValueFn | None = None,
-        kl: bool = True,
-        rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
-        actions: Mapping[str, Action] | None = None,
-        cooldown_steps: int = 0,
-        max_per_rule: int | None = None,
-        jsonl_path: str | None = None,
-        tag_scope: str | None = None,
-        train_batch_size: int | None = None,
-        train_fn: Callable[..., Any] | None = None,
+        hub: Hub | None = None,
+        **overrides: Any,
     ) -> None:
         check_agent(agent)
-        _validation.positive_int("env_batch_size", env_batch_size)
-        if not isinstance(kl, bool):
-            raise ValueError(f"`kl` must be True or False. Received: kl={kl!r}")
+        options = with_overrides(RLOptions, options, overrides, "RLHealthMonitor")
+        self.options = options
         self.agent = agent
-        self.schedule = Schedule(every_n_steps, name="every_n_steps")
-        self.tag_scope = optional("tag_scope", tag_scope, _validation.non_empty_string)
-        self.train_batch_size = optional(
-            "train_batch_size", train_batch_size, _validation.positive_int
-        )
+        self.schedule = options.schedule()
+        self.tag_scope = options.tag_scope
+        self.train_batch_size = options.train_batch_size
         #: What `train` calls; None: `agent.train`, looked up at each call (so
         #: `agent.train = common.function(agent.train)` later still counts).
-        self.train_fn = optional("train_fn", train_fn, callable_or_none)
-        value_fn = optional("value_fn", value_fn, callable_or_none)
-        self._measurement(env_batch_size, window, solve_threshold, value_fn, kl)
+        self.train_fn = options.train_fn
+        self._measurement(options)
+        rules = options.rules
         self.engine = AlertEngine(
-            R.default_rl_rules() if rules is None else rules,
-            RateLimiter(cooldown_steps=cooldown_steps, max_per_rule=max_per_rule),
+            R.default_rl_rules() if rules is None else rules, options.limiter()
         )
-        self._outputs(log_dir, writer, actions, jsonl_path)
+        self._outputs(options, hub)
         self.progress = Progress(start=time.perf_counter())
         #: The numbers of the last summary, by RL tag name ("episode/...").
         self.latest: dict[str, float] = {}
         self._step: int | None = None
         self._per_call: int | None = None
-        self._fired: tuple[int | None, set[str]] = (None, set())
 
-    def _measurement(
-        self, env_batch_size: int, window: int, solve_threshold: Any,
-        value_fn: ValueFn | None, kl: bool,
-    ) -> None:
+    def _measurement(self, options: RLOptions) -> None:
         """The episode observer, the value estimate and the probe."""
         agent = self.agent
-        self.value_fn = value_fn or value_function(agent)
+        self.value_fn = options.value_fn or value_function(agent)
         self.observer = EpisodeObserver(
-            batch_size=env_batch_size,
-            window=window,
+            batch_size=options.env_batch_size,
+            window=options.window,
             discount=discount_of(agent) or 1.0,
-            solve_threshold=solve_threshold,
+            solve_threshold=options.solve_threshold,
             observation_spec=(
                 agent.time_step_spec.observation if self.value_fn else None
             ),
         )
-        self.probe = make_probe(agent, self.value_fn, self.observer, kl)
+        self.probe = make_probe(agent, self.value_fn, self.observer, options.kl)
 
-    def _outputs(
-        self, log_dir: Any, writer: Any, actions: Any, jsonl_path: Any
-    ) -> None:
-        """The TensorBoard writer, the recorder and the alert delivery."""
-        if log_dir is not None and writer is not None:
-            raise ValueError(
-                "Pass at most one of `log_dir` and `writer`. Received: "
-                f"log_dir={log_dir!r}, writer={writer!r}"
-            )
-        self._writer = make_writer(log_dir, writer)
-        self._owns_writer = log_dir is not None
-        self.recorder = (
-            TensorBoardRecorder(writer=self._writer) if self._writer else None
-        )
+    def _outputs(self, options: RLOptions, hub: Hub | None) -> None:
+        """The hub (with a TensorBoard recorder of its own, unless shared),
+        the alert delivery and the alert runner listening to the hub."""
+        self._owns_hub = hub is None
+        self.hub = recording_hub(options.log_dir, options.writer, hub)
         self.delivery = AlertDelivery(
-            validate_actions(actions),
-            writer=self._writer,
-            jsonl_path=optional("jsonl_path", jsonl_path, _validation.string),
+            options.actions,
+            jsonl_path=options.jsonl_path,
             tag_scope=alert_scope(self.tag_scope),
+            hub=self.hub,
         )
+        self.hub.subscribe(AlertRunner(self.engine, self.delivery), origin=self)
 
     @property
     def stop_requested(self) -> bool:
@@ -257,8 +230,7 @@ class RLHealthMonitor:
         )
         recorded.update(derived(dict(numbers or {}), episodes, self.probe))
         self.latest = recorded
-        self._write(recorded, step)
-        self._deliver(step, self.engine.update(step, alert_metrics(recorded)))
+        self._publish(step, recorded, alert_metrics(recorded))
         return recorded
 
     def record_evaluation(
@@ -270,30 +242,27 @@ class RLHealthMonitor:
         recorded = evaluation_numbers(finite_numbers("returns", returns))
         step = self._read_step() if step is None else int(step)
         self.latest.update(recorded)
-        self._write(recorded, step)
         metrics = {R.RETURN: {"evaluation": recorded["eval/return_mean"]}}
-        self._deliver(step, self.engine.update(step, metrics))
+        self._publish(step, recorded, metrics)
         return recorded
 
-    def _deliver(self, step: int, alerts: list[Alert]) -> None:
-        # A step written twice (a summary, then an evaluation) keeps its flags.
-        if self._fired[0] == step:
-            self.engine.fired |= self._fired[1]
-        self.delivery.deliver(step, alerts, self.engine)
-        self._fired = (step, set(self.engine.fired))
-
-    def _write(self, recorded: Mapping[str, float], step: int) -> None:
-        if self.recorder is not None:
-            tags = {rl_tag(name, self.tag_scope): v for name, v in recorded.items()}
-            self.recorder.write_scalars(tags, step)
+    def _publish(
+        self, step: int, recorded: Mapping[str, float], metrics: Mapping
+    ) -> None:
+        """Publishes `recorded` under the RL tags, and the alert `metrics`
+        (for the alert runner, which publishes its flags to the same hub)."""
+        tags = {rl_tag(name, self.tag_scope): v for name, v in recorded.items()}
+        publication = Publication(step, RL, tags, metrics=metrics, origin=self)
+        self.hub.publish(publication)
 
     def flush(self) -> None:
-        """Flushes the TensorBoard writer."""
-        if self.recorder is not None:
-            self.recorder.flush()
+        """Flushes the hub's recorders."""
+        self.hub.flush()
 
     def close(self) -> None:
-        """Flushes, and closes the writer if this monitor created it."""
-        self.flush()
-        if self._owns_writer and self._writer is not None:
-            self._writer.close()
+        """Flushes, and closes the event file if this monitor opened it (a
+        given writer is flushed; a shared hub is closed by its owner)."""
+        if self._owns_hub:
+            self.hub.close()
+        else:
+            self.hub.flush()

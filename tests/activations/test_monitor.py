@@ -5,6 +5,7 @@ import tensorflow as tf
 
 import keras_gradmon
 from keras_gradmon import ActivationMonitor
+from keras_gradmon.activations.options import ActivationOptions
 from keras_gradmon.activations.probe import ACTIVATION_STATISTICS
 from tests.activations import models
 from tests.reference import histogram_series, load_events, reference_histogram
@@ -233,3 +234,29 @@ def test_a_model_without_hidden_activations_needs_layer_names():
     with pytest.raises(ValueError, match=r"no layer with a hidden activation.*'out'"):
         ActivationMonitor(model, np.zeros((4, 3), "float32"))
     assert ActivationMonitor(model, np.zeros((4, 3), "float32"), layers=["out"])
+
+
+def test_an_options_object_with_keyword_overrides():
+    model, x = models.sequential(), models.probe_data(8)
+    options = ActivationOptions(data=x, layers=["h1", "h2"], every_n_steps=5)
+    monitor = ActivationMonitor(model, options, every_n_steps=3, dead_fraction=None)
+    assert monitor.layer_names == ["h1", "h2"]
+    assert [monitor.due(s) for s in range(7)] == [1, 0, 0, 1, 0, 0, 1]
+    assert sorted(monitor.engine.rules) == ["activation_std"]
+    assert options.every_n_steps == 5  # the given object is left as it was
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "message"),
+    [
+        ((), {"every_n_step": 3}, TypeError, "unknown argument every_n_step=3"),
+        ((), {"every_n_step": 3}, ValueError, "its options are: data, layers, "),
+        ((models.probe_data(4),), {"data": 1}, ValueError, "probe batch twice"),
+    ],
+)
+def test_bad_keywords_name_the_argument(args, kwargs, error, message):
+    options = {"data": models.probe_data(4)} if not args else {}
+    with pytest.raises(error, match=message):
+        ActivationMonitor(models.sequential(), *args, **options, **kwargs)
+    with pytest.raises(error, match=message):
+        keras_gradmon.ActivationMonitorCallback(*args, **options, **kwargs)

@@ -1,0 +1,29 @@
+"""Option defaults shared by the monitors, their callbacks, the alert rules,
+the report and the command line: each written here once.
+
+No TensorFlow, no Keras: the report and the command line import it.
+
+Example:
+
+>>> from keras_gradmon import defaults
+>>> defaults.STD_BAND, defaults.DEAD_FRACTION
+((0.5, 2.0), 0.25)
+"""
+
+from __future__ import annotations
+
+#: The healthy `(low, high)` band of a layer's activation std (the usual
+#: rule of thumb): activation alerts and the report's layer findings.
+STD_BAND: tuple[float, float] = (0.5, 2.0)
+
+#: More than this fraction of a layer's units dead is unhealthy.
+DEAD_FRACTION: float = 0.25
+
+#: Activation probes: every this many steps, with this many histogram buckets.
+ACTIVATION_EVERY_N_STEPS: int = 100
+ACTIVATION_HISTOGRAM_BUCKETS: int = 30
+
+#: `RLHealthMonitor`: summaries every this many train steps, over the last
+#: this many episodes.
+RL_EVERY_N_STEPS: int = 1000
+RL_WINDOW: int = 100
