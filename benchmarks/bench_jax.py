@@ -8,6 +8,7 @@ MLP 64-512-512-10 (`_models.py`) for each variant, interleaved:
                                                              Target <= 1.30x.
   B-no-cb  B without the callback (the in-step cost).
   C        every 100 steps, + callback.                      Target <= 1.02x.
+  C-no-cb  C without the callback (the in-step cost of a step not due).
   D        C + histograms every 100 steps.
 
 `first fit` is each variant's first fit of a single batch on a fresh
@@ -43,6 +44,7 @@ VARIANTS = {
     "B": (EVERY, True),
     "B-no-cb": (EVERY, False),
     "C": (HUNDRED, True),
+    "C-no-cb": (HUNDRED, False),
     "D": ({**HUNDRED, "histogram_every_n_steps": 100}, True),
 }
 TARGETS = {"B": 1.30, "C": 1.02}

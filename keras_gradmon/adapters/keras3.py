@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import keras
+import numpy as np
 
 from keras_gradmon import backend, loss_scale
 from keras_gradmon.adapters.base import (
@@ -300,10 +301,9 @@ class GradientMonitorOptimizer(
     def read_iterations(self) -> int:
         """The inner optimizer's step count, read on the host (from the live
         state on JAX)."""
-        if getattr(self, "_live_state", None) is None:
-            return int(keras.ops.convert_to_numpy(self.iterations.value))
-        [count] = self._read_live([self.iterations])
-        return int(keras.ops.convert_to_numpy(count))
+        live = None if self._live_state is None else self._read_live
+        [count] = backend.capture([self.iterations], live, {})
+        return int(np.asarray(count))
 
     def _read_live(self, variables: list) -> list:
         live = self._live_state() if self._live_state is not None else None

@@ -186,8 +186,24 @@ class Captured(Sequence):
         return arrays
 
 
+#: How many times a capture looks again for live values that the train
+#: step donated between the look and the copy.
+_LOOKS = 8
+
+
 def capture(variables: Sequence[Any], source: Callable | None, cache: dict) -> Captured:
     """The live values of `variables` (from `source`, else the variables'
-    own), with one asynchronous host transfer (`Captured`)."""
-    values = source(variables) if source is not None else [v.value for v in variables]
-    return Captured(values)
+    own), with one asynchronous host transfer (`Captured`). Read off the
+    training thread (Keras's asynchronous batch hooks), the values found may
+    be donated to the next step before they are copied: then the newer ones
+    are read."""
+    for look in range(_LOOKS):
+        values = (
+            source(variables) if source is not None else [v.value for v in variables]
+        )
+        try:
+            return Captured(values)
+        except RuntimeError as error:  # "Array has been deleted"
+            if "deleted" not in str(error) or look == _LOOKS - 1:
+                raise
+    raise AssertionError("unreachable")

@@ -12,6 +12,7 @@ from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.checker import AlertChecker
 from keras_gradmon.alerts.runner import Action, alerting
+from keras_gradmon.callbacks.dispatch import AsyncOnJax, Deferral, serialized
 from keras_gradmon.callbacks.steps import (
     StepTracker,
     monitored_optimizer,
@@ -20,7 +21,7 @@ from keras_gradmon.callbacks.steps import (
 from keras_gradmon.hub import Hub
 
 
-class GradientAlertCallback(keras.callbacks.Callback):
+class GradientAlertCallback(AsyncOnJax, keras.callbacks.Callback):
     """Runs alert rules on each fresh summary of a `GradientMonitorOptimizer`.
 
     Each alert is one readable log line (logger "keras_gradmon"), an
@@ -88,6 +89,7 @@ class GradientAlertCallback(keras.callbacks.Callback):
         self.checker: AlertChecker | None = None
         self._steps = StepTracker()
         self._pending = False
+        self._deferral = Deferral()
 
     @property
     def alerts(self) -> list[Alert]:
@@ -105,19 +107,34 @@ class GradientAlertCallback(keras.callbacks.Callback):
         optimizer = self.checker.optimizer
         self._steps = StepTracker(read=lambda: optimizer_step(optimizer))
         self._pending = False
+        self._deferral.start()
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._steps.start_epoch(optimizer_step(self.checker.optimizer))
 
+    @serialized
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        pending = self._deferral.take()
+        if pending is not None:
+            self._look(pending)
+
+    @serialized
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self._deferral.at_end(batch):
+            self._look(batch)
+        self._update_logs(logs)
+
+    def _look(self, batch: int) -> None:
+        """Checks the rules if a summary can be among the steps up to the
+        end of `batch`."""
         first, end = self._steps.batch_end(batch)
         schedule = self.checker.optimizer.monitor.schedule
         if schedule.any_due(first, end) or self._pending:
             # Not found: a skipped step delayed it; look until it shows up.
             self._pending = not self._check()
-        self._update_logs(logs)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self._deferral.take()  # the check below covers the batches put off
         self._check()
         self._update_logs(logs)
 

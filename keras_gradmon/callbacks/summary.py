@@ -9,6 +9,7 @@ from typing import Any
 import keras
 
 from keras_gradmon.adapters.base import MonitoredOptimizer
+from keras_gradmon.callbacks.dispatch import AsyncOnJax, Deferral, serialized
 from keras_gradmon.callbacks.steps import (
     StepTracker,
     monitored_optimizer,
@@ -22,7 +23,7 @@ from keras_gradmon.recorders.writer import MonitorWriter
 from keras_gradmon.tags import GLOBAL, tag
 
 
-class GradientSummaryCallback(keras.callbacks.Callback):
+class GradientSummaryCallback(AsyncOnJax, keras.callbacks.Callback):
     """Writes what a monitored optimizer recorded, during `fit`.
 
     Scalars and histograms go to TensorBoard (and to any extra `recorders`)
@@ -81,6 +82,7 @@ class GradientSummaryCallback(keras.callbacks.Callback):
         self._logs: KerasLogsRecorder | None = None
         self._writer: MonitorWriter | None = None
         self._steps = StepTracker()
+        self._deferral = Deferral()
 
     @property
     def monitor_writer(self) -> MonitorWriter:
@@ -111,11 +113,26 @@ class GradientSummaryCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.monitor_writer  # noqa: B018 - resolves the optimizer now
         self._steps = StepTracker(read=lambda: optimizer_step(self._monitored()))
+        self._deferral.start()
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._steps.start_epoch(optimizer_step(self._monitored()))
 
+    @serialized
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        pending = self._deferral.take()
+        if pending is not None:
+            self._record(pending)
+
+    @serialized
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self._deferral.at_end(batch):
+            self._record(batch)
+        self._logs.update(logs)
+
+    def _record(self, batch: int) -> None:
+        """Captures what the steps up to the end of `batch` recorded, if a
+        summary can be among them."""
         first, end = self._steps.batch_end(batch)
         writer = self.monitor_writer
         monitor = writer.monitor
@@ -128,7 +145,6 @@ class GradientSummaryCallback(keras.callbacks.Callback):
             writer.claim()  # the tag scope is known from here on
             self._resolve_logs_keys()
             writer.capture(scalars or missed, histograms or missed)
-        self._logs.update(logs)
 
     def _resolve_logs_keys(self) -> None:
         """Keys the Keras logs to the global norm's tag, once the monitor's
@@ -139,6 +155,9 @@ class GradientSummaryCallback(keras.callbacks.Callback):
             self._logs_resolved = True
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        pending = self._deferral.take()
+        if pending is not None:
+            self._record(pending)
         self.monitor_writer.write()  # what is queued first, then what is fresh
         self.monitor_writer.flush()
         self._logs.update(logs)

@@ -145,7 +145,9 @@ def test_steps_with_nothing_due_make_no_host_transfer(tmp_path, monkeypatch):
         _Release(batches),
     ]
     _fit(monitored, 30, callbacks)
-    assert reads and set(reads) <= {0, 10, 20, 29}  # 29: the end of training
+    # None: the step count read when the epoch starts; 29: training's end.
+    assert reads and set(reads) <= {None, 0, 10, 20, 29}
+    assert {0, 10, 20} <= set(reads)
     assert monitored.snapshot().step == 20
 
 
@@ -179,3 +181,39 @@ def _scalar(event) -> float:
     from tensorboard.util import tensor_util
 
     return float(tensor_util.make_ndarray(event.tensor_proto))
+
+
+class _Threads(keras_gradmon.GradientSummaryCallback):
+    """The summary callback, noting the threads its batch hooks run on."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.threads: set = set()
+
+    def on_train_batch_end(self, batch, logs=None):
+        import threading
+
+        self.threads.add(threading.current_thread().name)
+        super().on_train_batch_end(batch, logs)
+
+
+def test_async_batch_hooks_write_every_summary(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import (
+        EventAccumulator,
+    )
+
+    monitored = GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-3), every_n_steps=3, histogram_every_n_steps=6
+    )
+    summary = _Threads(str(tmp_path))
+    alerts = keras_gradmon.GradientAlertCallback()
+    model = compiled(monitored)
+    x, y = data(8 * 40)
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[summary, alerts])
+    # Keras ran the hooks off the training thread (both callbacks say so).
+    assert summary.threads and "MainThread" not in summary.threads
+    events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0}).Reload()
+    assert [e.step for e in events.Tensors("grad_norm/global")] == list(range(0, 80, 3))
+    histograms = events.Tensors("grad_hist/" + monitored.monitor.paths[0])
+    assert [e.step for e in histograms] == list(range(0, 80, 6))
+    assert alerts.checker.checked_step == 78
