@@ -9,7 +9,7 @@ from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
-from keras_gradmon.recorders import packed
+from keras_gradmon.adapters import packed
 from keras_gradmon.recorders.buckets import batched_histogram_rows_graph
 
 SCALARS = {

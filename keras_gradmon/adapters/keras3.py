@@ -130,7 +130,7 @@ class GradientMonitorOptimizer(
         self, name: str, shape: tuple, dtype: str, initial: float
     ) -> Any:
         # `add_variable` without its fixed synchronization: one copy per
-        # replica, written without synchronizing (keras_gradmon.distribute).
+        # replica, written without synchronizing (backend.tensorflow.distribute).
         with keras.name_scope(self.name, caller=self):
             variable = keras.Variable(
                 initializer=keras.initializers.Constant(initial),

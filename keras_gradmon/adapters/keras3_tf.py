@@ -9,9 +9,10 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from keras_gradmon import distribute, loss_scale
+from keras_gradmon import loss_scale
 from keras_gradmon.adapters.keras3 import handed_on
-from keras_gradmon.graph import exact_copies, in_xla_context
+from keras_gradmon.backend.tensorflow import distribute
+from keras_gradmon.backend.tensorflow.graph import exact_copies, in_xla_context
 
 
 def apply(wrapper: Any, grads: list, variables: list) -> None:

@@ -12,17 +12,17 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_gradmon import distribute
 from keras_gradmon.adapters.base import (
     MonitoredOptimizer,
     check_not_monitored,
     present_rows,
     resolve_config,
 )
+from keras_gradmon.adapters.graph_writer import write_recorded
+from keras_gradmon.backend.tensorflow import distribute
 from keras_gradmon.config import MonitorConfig
 from keras_gradmon.measurement import Due, Processed
 from keras_gradmon.monitor import GradientMonitor
-from keras_gradmon.recorders.graph_writer import write_recorded
 
 _MEASURING = contextvars.ContextVar("keras_gradmon_measuring", default=True)
 
@@ -31,7 +31,7 @@ def make_tf_variable(
     name: str, shape: tuple, dtype: str, initial: float
 ) -> tf.Variable:
     """A non-trainable `tf.Variable`, one copy per replica under a strategy
-    (see `keras_gradmon.distribute`)."""
+    (see `keras_gradmon.backend.tensorflow.distribute`)."""
     return tf.Variable(
         tf.fill(shape, tf.cast(initial, dtype)),
         trainable=False,

@@ -237,6 +237,6 @@ def unconverted(function: Callable[..., Any]) -> Callable[..., Any]:
     """
     if keras.backend.backend() != "tensorflow":
         return function
-    from keras_gradmon.graph import unconverted as on_tensorflow
+    from keras_gradmon.backend.tensorflow.graph import unconverted as on_tensorflow
 
     return on_tensorflow(function)

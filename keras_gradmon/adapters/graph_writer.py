@@ -16,10 +16,11 @@ from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
-from keras_gradmon.graph import in_xla_context, run_if
+from keras_gradmon.adapters import packed
+from keras_gradmon.backend.tensorflow.graph import in_xla_context, run_if
 from keras_gradmon.measurement import Due
 from keras_gradmon.monitor import GradientMonitor
-from keras_gradmon.recorders import claims, packed
+from keras_gradmon.recorders import claims
 from keras_gradmon.recorders.buckets import batched_histogram_rows_graph
 
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from keras_gradmon.graph import exact_copies, run_if
-from keras_gradmon.graph import gate as cond
+from keras_gradmon.backend.tensorflow.graph import exact_copies, run_if
+from keras_gradmon.backend.tensorflow.graph import gate as cond
 from keras_gradmon.stats.layout import _BLOCKS, _MIN_BLOCK, Layout
 
 __all__ = ["bincount", "cond", "densify", "dynamic_layout", "dynamic_matrix"]
@@ -126,7 +126,7 @@ def update_if(pred: tf.Tensor, fn, store) -> None:
 
 def capture(variables, source, cache: dict) -> tuple:
     """Raw eager reads of `variables` (`reading.Reader`, cached by id)."""
-    from keras_gradmon.reading import Reader
+    from keras_gradmon.backend.tensorflow.reading import Reader
 
     readers = [cache.setdefault(id(v), Reader(v)) for v in variables]
     return tuple(read() for read in readers)
