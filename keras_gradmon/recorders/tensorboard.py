@@ -22,8 +22,9 @@ from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.summary.writer.event_file_writer import EventFileWriter, _AsyncWriter
-from tensorboard.summary.writer.record_writer import RecordWriter
 from tensorboard.util import tensor_util
+
+from keras_gradmon.recorders.records import RecordWriter
 
 #: Numbers the event files of this process: two files opened in one second
 #: (the time in a file name has seconds only) get different names.
@@ -173,10 +174,9 @@ class TensorBoardRecorder:
     @property
     def writer(self) -> Any:
         """The event file (opened on first use), or the given writer. Where
-        TensorFlow is already imported, its C++ writer writes the file:
-        TensorBoard's own `RecordWriter` computes each record's CRC32C in
-        Python (about 1 ms for a summary of a hundred tags), which the
-        writing thread would spend holding the interpreter lock."""
+        TensorFlow is already imported, its C++ writer writes the file;
+        elsewhere TensorBoard's event-file writer does, its records' CRC32C
+        computed in C (`recorders.records`), not in Python."""
         with self._lock:
             if self._writer is None:
                 if "tensorflow" in sys.modules:
