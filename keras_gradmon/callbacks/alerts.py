@@ -12,7 +12,7 @@ from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.checker import AlertChecker
 from keras_gradmon.alerts.runner import Action, alerting
-from keras_gradmon.callbacks.dispatch import AsyncOnJax, Deferral, serialized
+from keras_gradmon.callbacks.dispatch import BatchReads
 from keras_gradmon.callbacks.steps import (
     StepTracker,
     monitored_optimizer,
@@ -21,7 +21,7 @@ from keras_gradmon.callbacks.steps import (
 from keras_gradmon.hub import Hub
 
 
-class GradientAlertCallback(AsyncOnJax, keras.callbacks.Callback):
+class GradientAlertCallback(BatchReads, keras.callbacks.Callback):
     """Runs alert rules on each fresh summary of a `GradientMonitorOptimizer`.
 
     Each alert is one readable log line (logger "keras_gradmon"), an
@@ -89,7 +89,6 @@ class GradientAlertCallback(AsyncOnJax, keras.callbacks.Callback):
         self.checker: AlertChecker | None = None
         self._steps = StepTracker()
         self._pending = False
-        self._deferral = Deferral()
 
     @property
     def alerts(self) -> list[Alert]:
@@ -112,19 +111,10 @@ class GradientAlertCallback(AsyncOnJax, keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._steps.start_epoch(optimizer_step(self.checker.optimizer))
 
-    @serialized
-    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        pending = self._deferral.take()
-        if pending is not None:
-            self._look(pending)
-
-    @serialized
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        if self._deferral.at_end(batch):
-            self._look(batch)
+    def _batch_logs(self, logs: dict | None) -> None:
         self._update_logs(logs)
 
-    def _look(self, batch: int) -> None:
+    def _read_batch(self, batch: int) -> None:
         """Checks the rules if a summary can be among the steps up to the
         end of `batch`."""
         first, end = self._steps.batch_end(batch)

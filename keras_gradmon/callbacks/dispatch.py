@@ -84,3 +84,40 @@ class Deferral:
         """The last batch whose reads were put off, if any (then cleared)."""
         pending, self.pending = self.pending, None
         return pending
+
+
+class BatchReads(AsyncOnJax):
+    """Batch hooks that read the device on the training thread, whichever
+    thread Keras calls them on (`Deferral`). A subclass defines
+    `_read_batch(batch)` (the reads for the steps up to the end of `batch`)
+    and `_batch_logs(logs)` (what it puts into the batch's logs), and calls
+    `self._deferral.start()` when training starts.
+
+    Example:
+
+    >>> class Reads(BatchReads, keras.callbacks.Callback):  # doctest: +SKIP
+    ...     def _read_batch(self, batch): ...
+    ...     def _batch_logs(self, logs): ...
+    """
+
+    @property
+    def _deferral(self) -> Deferral:
+        return self.__dict__.setdefault("_batch_deferral", Deferral())
+
+    @serialized
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        pending = self._deferral.take()
+        if pending is not None:
+            self._read_batch(pending)
+
+    @serialized
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self._deferral.at_end(batch):
+            self._read_batch(batch)
+        self._batch_logs(logs)
+
+    def _read_batch(self, batch: int) -> None:
+        raise NotImplementedError
+
+    def _batch_logs(self, logs: dict | None) -> None:
+        raise NotImplementedError

@@ -9,7 +9,7 @@ from typing import Any
 import keras
 
 from keras_gradmon.adapters.base import MonitoredOptimizer
-from keras_gradmon.callbacks.dispatch import AsyncOnJax, Deferral, serialized
+from keras_gradmon.callbacks.dispatch import BatchReads
 from keras_gradmon.callbacks.steps import (
     StepTracker,
     monitored_optimizer,
@@ -23,7 +23,7 @@ from keras_gradmon.recorders.writer import MonitorWriter
 from keras_gradmon.tags import GLOBAL, tag
 
 
-class GradientSummaryCallback(AsyncOnJax, keras.callbacks.Callback):
+class GradientSummaryCallback(BatchReads, keras.callbacks.Callback):
     """Writes what a monitored optimizer recorded, during `fit`.
 
     Scalars and histograms go to TensorBoard (and to any extra `recorders`)
@@ -82,7 +82,6 @@ class GradientSummaryCallback(AsyncOnJax, keras.callbacks.Callback):
         self._logs: KerasLogsRecorder | None = None
         self._writer: MonitorWriter | None = None
         self._steps = StepTracker()
-        self._deferral = Deferral()
 
     @property
     def monitor_writer(self) -> MonitorWriter:
@@ -118,19 +117,10 @@ class GradientSummaryCallback(AsyncOnJax, keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._steps.start_epoch(optimizer_step(self._monitored()))
 
-    @serialized
-    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        pending = self._deferral.take()
-        if pending is not None:
-            self._record(pending)
-
-    @serialized
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        if self._deferral.at_end(batch):
-            self._record(batch)
+    def _batch_logs(self, logs: dict | None) -> None:
         self._logs.update(logs)
 
-    def _record(self, batch: int) -> None:
+    def _read_batch(self, batch: int) -> None:
         """Captures what the steps up to the end of `batch` recorded, if a
         summary can be among them."""
         first, end = self._steps.batch_end(batch)
@@ -157,7 +147,7 @@ class GradientSummaryCallback(AsyncOnJax, keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         pending = self._deferral.take()
         if pending is not None:
-            self._record(pending)
+            self._read_batch(pending)
         self.monitor_writer.write()  # what is queued first, then what is fresh
         self.monitor_writer.flush()
         self._logs.update(logs)
