@@ -19,8 +19,8 @@ from keras_gradmon.clipping import (
 )
 from keras_gradmon.clipping.base import wide_int
 from tests.clipping import _reference as ref
+from tests.jax.processes import run_python
 from tests.jax.test_no_tensorflow import _BLOCKED
-from tests.jax.test_stats import _subprocess
 
 RULES = [
     GlobalNormClip(max_norm=2.5),
@@ -195,5 +195,5 @@ print("tensorflow" in sys.modules)
 
 
 def test_rules_without_tensorflow_installed():
-    out = _subprocess(["-c", _BLOCKED + _CLIP], "jax")
+    out = run_python(["-c", _BLOCKED + _CLIP], "jax")
     assert out.split()[-1] == "False"

@@ -1,11 +1,12 @@
-"""On the JAX backend, computing statistics never imports TensorFlow: checked
-in fresh interpreters."""
+"""On the JAX backend, keras_gradmon never imports TensorFlow: computing
+statistics, and a whole monitored `fit` with its callbacks and the report,
+checked in fresh interpreters."""
 
 from __future__ import annotations
 
 import json
 
-from tests.jax.test_stats import _subprocess
+from tests.jax.processes import run_python
 
 _COMPUTE = """
 import jax, jax.numpy as jnp
@@ -40,7 +41,7 @@ sys.meta_path.insert(0, Tracer())
 def test_statistics_without_tensorflow_installed():
     # TensorFlow unavailable: nothing on the statistics' path needs it.
     report = "\nimport sys; print('tensorflow' in sys.modules)"
-    out = _subprocess(["-c", _BLOCKED + _COMPUTE + report], "jax")
+    out = run_python(["-c", _BLOCKED + _COMPUTE + report], "jax")
     assert out.split()[-1] == "False"
 
 
@@ -48,9 +49,41 @@ def test_statistics_do_not_import_tensorflow():
     # `import keras_gradmon` and the statistics on JAX: TensorFlow is
     # installed but never imported (if it were, the frames say who did).
     report = "\nprint(json.dumps([importers, 'tensorflow' in sys.modules]))"
-    out = _subprocess(
+    out = run_python(
         ["-c", _TRACED + "import keras, keras_gradmon\n" + _COMPUTE + report], "jax"
     )
     importers, imported = json.loads(out.splitlines()[-1])
     ours = [f.replace("\\", "/") for f in importers if "keras_gradmon" in f]
     assert not imported, ours or importers
+
+
+_FIT = """
+import sys, tempfile
+import numpy as np, keras, keras_gradmon
+from keras_gradmon.cli import main
+x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
+                          keras.layers.Dense(1)])
+optimizer = keras_gradmon.GradientMonitorOptimizer(
+    keras.optimizers.Adam(), every_n_steps=2, histogram_every_n_steps=4,
+    skip_nonfinite=True, clipping={"method": "zclip", "warmup": 2})
+model.compile(optimizer, "mse")
+logs = tempfile.mkdtemp()
+callbacks = [keras_gradmon.GradientSummaryCallback(logs),
+             keras_gradmon.GradientAlertCallback()]
+model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, callbacks=callbacks)
+sys.argv = ["keras-gradmon", "report", logs]
+try:
+    main()
+except SystemExit as done:
+    assert not done.code, done.code
+print("summaries", optimizer.snapshot().step, "tensorflow" in sys.modules)
+"""
+
+
+def test_fit_callbacks_and_report_without_tensorflow_installed():
+    # The monitored fit, its callbacks, their event files and the report,
+    # with TensorFlow unavailable.
+    out = run_python(["-c", _BLOCKED + _FIT], "jax")
+    assert "global gradient norm" in out
+    assert out.split()[-3:] == ["summaries", "14", "False"]

@@ -3,9 +3,6 @@ NumPy float64 references, and against the TensorFlow backend."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -20,6 +17,7 @@ from keras_gradmon import stats
 from keras_gradmon.schema import STATISTICS
 from keras_gradmon.stats import registry
 from tests.jax.cases import BUCKETS, NORM_CASES, as_dtype, held, statistic_cases
+from tests.jax.processes import run_python
 from tests.reference import (
     assert_rows_close,
     assert_statistics_close,
@@ -215,24 +213,10 @@ def test_careful_path_is_a_real_conditional():
     np.testing.assert_allclose(rows[0, 0], 5e30, rtol=1e-6)
 
 
-def _subprocess(code: list[str], backend: str, *args: str) -> str:
-    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run(
-        [sys.executable, *code, *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
-
-
 def test_parity_with_tensorflow_backend(cases, tmp_path):
     source, target = tmp_path / "in.npz", tmp_path / "out.npz"
     np.savez(source, **cases)
-    _subprocess(["-m", "tests.jax.tf_side"], "tensorflow", str(source), str(target))
+    run_python(["-m", "tests.jax.tf_side", str(source), str(target)], "tensorflow")
     tensors = _tensors(cases)
     rows = np.asarray(jax.jit(stats.batched_statistics)(tensors))
     counts, ranges = jax.jit(lambda ts: stats.batched_bucket_counts(ts, BUCKETS))(
