@@ -106,7 +106,7 @@ class GradientAlertCallback(BatchReads, keras.callbacks.Callback):
         optimizer = self.checker.optimizer
         self._steps = StepTracker(read=lambda: optimizer_step(optimizer))
         self._pending = False
-        self._deferral.start()
+        self._start_reads()
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._steps.start_epoch(optimizer_step(self.checker.optimizer))
@@ -124,7 +124,6 @@ class GradientAlertCallback(BatchReads, keras.callbacks.Callback):
             self._pending = not self._check()
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self._deferral.take()  # the check below covers the batches put off
         self._check()
         self._update_logs(logs)
 

@@ -49,49 +49,55 @@ def serialized(hook: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class Deferral:
-    """Where a callback reads the device for a batch: at the batch's end
-    when Keras calls the hook on the training thread; when it calls it on a
-    worker thread, at the start of the next batch (or the epoch's end), back
-    on the training thread: JAX's trainer donates its state to the next
-    step, and reading it from another thread while that step starts can
-    make the step fail.
+    """Where a callback reads the device for a batch. Keras calls the batch
+    hooks on the training thread, or, for `async_safe` callbacks, the end
+    hooks on a worker thread: there a read of JAX's state could race the
+    next step, which donates it (and can then fail). So each batch's reads
+    happen on the training thread: at the batch's end when the hook runs
+    there, and in any case at the next batch's start (or the epoch's end)
+    for the batch before, which the end hook's own read, if it ran, leaves
+    with nothing new to read. Reads never wait for the worker.
 
     Example:
 
     >>> deferral = Deferral()
-    >>> deferral.start()
-    >>> deferral.at_end(4), deferral.take()   # on the training thread
-    (True, None)
+    >>> deferral.start(at_begin=True)
+    >>> deferral.at_end(4), deferral.last   # on the training thread
+    (True, 4)
     """
 
     def __init__(self) -> None:
         self.thread: threading.Thread | None = None
-        self.pending: int | None = None
+        self.at_begin = False
+        self.last: int | None = None
 
-    def start(self) -> None:
-        """Called on the training thread when training starts."""
+    def start(self, at_begin: bool) -> None:
+        """Called on the training thread when training starts; `at_begin`:
+        read the previous batch at each batch's start too."""
         self.thread = threading.current_thread()
-        self.pending = None
+        self.at_begin = at_begin
+        self.last = None
 
     def at_end(self, batch: int) -> bool:
-        """Whether to read now, at the end of `batch` (else it is pending)."""
-        if threading.current_thread() is self.thread:
-            return True
-        self.pending = batch if self.pending is None else max(self.pending, batch)
-        return False
+        """Whether to read now, at the end of `batch` (on the training
+        thread)."""
+        self.last = batch if self.last is None else max(self.last, batch)
+        return threading.current_thread() is self.thread
 
-    def take(self) -> int | None:
-        """The last batch whose reads were put off, if any (then cleared)."""
-        pending, self.pending = self.pending, None
-        return pending
+    def before(self, batch: int) -> int | None:
+        """The batch to read at the start of `batch`: the one before, where
+        reads are made at batch starts."""
+        return batch - 1 if self.at_begin and batch > 0 else None
 
 
 class BatchReads(AsyncOnJax):
     """Batch hooks that read the device on the training thread, whichever
     thread Keras calls them on (`Deferral`). A subclass defines
-    `_read_batch(batch)` (the reads for the steps up to the end of `batch`)
-    and `_batch_logs(logs)` (what it puts into the batch's logs), and calls
-    `self._deferral.start()` when training starts.
+    `_read_batch(batch)` (the reads for the steps up to the end of `batch`:
+    asked twice for a batch, the second finds nothing new) and
+    `_batch_logs(logs)` (what it puts into the batch's logs), calls
+    `self._start_reads()` when training starts and `self._read_last()` at
+    the epoch's end.
 
     Example:
 
@@ -104,11 +110,19 @@ class BatchReads(AsyncOnJax):
     def _deferral(self) -> Deferral:
         return self.__dict__.setdefault("_batch_deferral", Deferral())
 
+    def _start_reads(self) -> None:
+        self._deferral.start(at_begin=self.async_safe)
+
+    def _read_last(self) -> None:
+        """Reads for the epoch's last batch (on the training thread)."""
+        if self._deferral.last is not None:
+            self._read_batch(self._deferral.last)
+
     @serialized
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        pending = self._deferral.take()
-        if pending is not None:
-            self._read_batch(pending)
+        previous = self._deferral.before(batch)
+        if previous is not None:
+            self._read_batch(previous)
 
     @serialized
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:

@@ -112,7 +112,7 @@ class GradientSummaryCallback(BatchReads, keras.callbacks.Callback):
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.monitor_writer  # noqa: B018 - resolves the optimizer now
         self._steps = StepTracker(read=lambda: optimizer_step(self._monitored()))
-        self._deferral.start()
+        self._start_reads()
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._steps.start_epoch(optimizer_step(self._monitored()))
@@ -145,9 +145,7 @@ class GradientSummaryCallback(BatchReads, keras.callbacks.Callback):
             self._logs_resolved = True
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        pending = self._deferral.take()
-        if pending is not None:
-            self._read_batch(pending)
+        self._read_last()
         self.monitor_writer.write()  # what is queued first, then what is fresh
         self.monitor_writer.flush()
         self._logs.update(logs)
