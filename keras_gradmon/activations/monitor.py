@@ -139,7 +139,11 @@ class ActivationMonitor:
                 return model(batch, training=False)
 
         self.probe = ActivationProbe(
-            self.watched, forward, options.data, options.histogram_buckets
+            self.watched,
+            forward,
+            options.data,
+            options.histogram_buckets,
+            model=model,
         )
         self._owns_hub = hub is None
         self.hub = recording_hub(options.log_dir, options.writer, hub)
