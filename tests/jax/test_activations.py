@@ -14,6 +14,7 @@ import pytest
 import keras_gradmon
 from keras_gradmon.activations.probe import ACTIVATION_STATISTICS
 from keras_gradmon.callbacks.steps import live_optimizer_step
+from tests.activations import models
 from tests.activations.models import reference_statistics
 from tests.jax import activations_side as side
 from tests.jax.processes import run_python
@@ -124,6 +125,35 @@ def test_fit_measures_the_live_model(monitored, tmp_path):
     assert 0 < saturated[0] < 1
     if monitored:
         assert scalar_series(events, "grad_norm/global").keys() == {0, 3, 6}
+
+
+@pytest.mark.parametrize("kind", sorted(models.BUILDERS))
+def test_sequential_functional_and_subclassed_models(kind):
+    build, activations = models.BUILDERS[kind]
+    model, x = build(), models.probe_data()
+    traces = []
+
+    def forward(batch):
+        traces.append(1)
+        return model(batch, training=False)
+
+    monitor = keras_gradmon.ActivationMonitor(
+        model, x, histogram_buckets=12, forward=forward
+    )
+    first = monitor.record(0)
+    assert dict(zip(first.layers, first.activations)) == activations
+    models.assert_snapshot_matches(first, model, x)
+    # New weights: the compiled probe reads the variables' values anew.
+    rng = np.random.default_rng(0)
+    model.set_weights([w + rng.normal(0, 0.3, w.shape) for w in model.get_weights()])
+    second = monitor.record(1)
+    models.assert_snapshot_matches(second, model, x)
+    assert not np.allclose(first.stats[:, :2], second.stats[:, :2])
+    assert len(traces) == 1
+    hooked = [layer for layer in model._flatten_layers() if "call" in vars(layer)]
+    assert not hooked
+    if kind != "functional":
+        assert first.dead_units["h1"].tolist() == models.DEAD
 
 
 def test_parity_with_tensorflow_backend(tmp_path):
