@@ -37,14 +37,26 @@ def as_inputs(data: Any) -> Any:
 
 def compile_probe(
     measure: Callable[[Any], dict], model: Any = None
-) -> Callable[[Any], dict]:
-    """`measure` (probe batch -> tensors) as a `tf.function`; `model` is
-    not needed: the graph reads the variables.
+) -> Callable[[Any, Any], dict]:
+    """`measure` (probe batch -> tensors) as a `tf.function`, called as
+    `run(data, state)`; `model` is not needed: the graph reads the
+    variables, and `state` must be None.
 
     Example:
 
     >>> run = compile_probe(lambda x: {"sum": tf.reduce_sum(x)})
-    >>> float(run(tf.ones([3]))["sum"])
+    >>> float(run(tf.ones([3]), None)["sum"])
     3.0
     """
-    return tf.function(measure, reduce_retracing=True)
+    function = tf.function(measure, reduce_retracing=True)
+
+    def run(data: Any, state: Any) -> dict:
+        if state is not None:
+            raise ValueError(
+                "`state` is for the JAX backend, where a hand-written loop "
+                "keeps the values outside the variables; on TensorFlow the "
+                "probe reads the variables. Received: state is not None"
+            )
+        return function(data)
+
+    return run

@@ -46,17 +46,21 @@ def as_inputs(data: Any) -> Any:
     return keras.tree.map_structure(jnp.asarray, data)
 
 
-def state_values(model: Any) -> list[Any]:
+def state_values(model: Any, given: Any = None) -> list[Any]:
     """The live values of `model`'s trainable, then non-trainable variables
     (in the order of `model.trainable_variables` and
-    `model.non_trainable_variables`): from the trainer's `_jax_state`
-    during `fit` while it is ahead of the variables, else the variables'.
+    `model.non_trainable_variables`): `given`, a pair of those lists (a
+    hand-written loop's state), else from the trainer's `_jax_state` during
+    `fit` while it is ahead of the variables, else the variables'.
 
     Example:
 
     >>> len(state_values(model)) == len(model.variables)  # doctest: +SKIP
     True
     """
+    if given is not None:
+        trainable, non_trainable = given
+        return [*trainable, *non_trainable]
     state = getattr(model, "_jax_state", None)
     live = state and not getattr(model, "_jax_state_synced", True)
     values = []
@@ -73,9 +77,11 @@ def _variables(model: Any) -> list[Any]:
 
 def compile_probe(
     measure: Callable[[Any], dict], model: Any = None
-) -> Callable[[Any], dict]:
-    """`measure` (probe batch -> arrays) under `jax.jit`, run on the live
-    state of `model`, the model whose variables the forward pass reads.
+) -> Callable[[Any, Any], dict]:
+    """`measure` (probe batch -> arrays) under `jax.jit`, called as
+    `run(data, state)`: on `state` (`(trainable_values,
+    non_trainable_values)`), else on the live state of `model`, the model
+    whose variables the forward pass reads (`state_values`).
 
     Raises:
         ValueError: Without `model` (JAX needs the variables' values passed
@@ -84,7 +90,7 @@ def compile_probe(
     Example:
 
     >>> run = compile_probe(lambda x: {"y": model(x)}, model)  # doctest: +SKIP
-    >>> run(x)["y"].shape  # doctest: +SKIP
+    >>> run(x, None)["y"].shape  # doctest: +SKIP
     (256, 10)
     """
     if model is None:
@@ -94,12 +100,12 @@ def compile_probe(
         )
     compiled: dict[tuple[int, ...], Callable] = {}
 
-    def run(data: Any) -> dict:
+    def run(data: Any, state: Any) -> dict:
         variables = _variables(model)
         key = tuple(id(v) for v in variables)
         if key not in compiled:
             compiled[key] = jax.jit(_stateless(measure, variables))
-        return compiled[key](state_values(model), data)
+        return compiled[key](state_values(model, state), data)
 
     return run
 

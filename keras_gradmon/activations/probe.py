@@ -262,9 +262,12 @@ class ActivationProbe:
         """The histogram of a layer the pass did not reach: all zeros."""
         return ops.zeros([self.buckets], "int32"), ops.zeros([2], "float32")
 
-    def measure(self, step: int) -> ActivationSnapshot:
-        """Runs the probe now (one forward pass, one host read)."""
-        result = self._function(self.data)
+    def measure(self, step: int, state: Any = None) -> ActivationSnapshot:
+        """Runs the probe now (one forward pass, one host read); on JAX on
+        `state`, `(trainable_values, non_trainable_values)` in the order of
+        the model's variables, when given (see `ActivationMonitor.update`).
+        """
+        result = self._function(self.data, state)
         values = {k: np.asarray(v) for k, v in result.items() if k != "dead"}
         names = tuple(w.name for w in self.layers)
         return ActivationSnapshot(

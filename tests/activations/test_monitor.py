@@ -84,6 +84,13 @@ def test_probe_is_traced_once_and_runs_without_python():
     assert all("call" not in vars(layer) for layer in model.layers)
 
 
+def test_state_is_for_the_jax_backend():
+    monitor = ActivationMonitor(models.sequential(), models.probe_data(8))
+    with pytest.raises(ValueError, match="`state` is for the JAX backend"):
+        monitor.update(0, state=([], []))
+    assert monitor.latest is None
+
+
 def test_update_measures_on_due_steps_once_each():
     monitor = ActivationMonitor(
         models.sequential(), models.probe_data(16), every_n_steps=3

@@ -156,6 +156,24 @@ def test_sequential_functional_and_subclassed_models(kind):
         assert first.dead_units["h1"].tolist() == models.DEAD
 
 
+def test_a_hand_written_loop_passes_its_state():
+    # A jax.jit loop threads the values; the variables keep the old ones.
+    model, x = models.sequential(), models.probe_data()
+    monitor = keras_gradmon.ActivationMonitor(model, x, histogram_buckets=12)
+    rng = np.random.default_rng(1)
+    trainable = [
+        v.value + rng.normal(0, 0.3, v.shape).astype("float32")
+        for v in model.trainable_variables
+    ]
+    non_trainable = [v.value for v in model.non_trainable_variables]
+    snapshot = monitor.update(0, state=(trainable, non_trainable))
+    before = monitor.record(1)
+    for variable, value in zip(model.trainable_variables, trainable):
+        variable.assign(value)
+    models.assert_snapshot_matches(snapshot, model, x)
+    assert not np.allclose(before.stats[:, :2], snapshot.stats[:, :2])
+
+
 def test_parity_with_tensorflow_backend(tmp_path):
     model, probe = _model(), side.probe_batch()
     source, target = tmp_path / "in.npz", tmp_path / "out.npz"
