@@ -26,7 +26,9 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
     TensorBoard: both describe the weights that step started from. Other
     batches cost nothing: the callback counts them without touching the
     device. Std outside the healthy band and dead units raise alerts (see
-    `ActivationMonitor`).
+    `ActivationMonitor`). On Keras 3's JAX backend the probe and the step
+    are read from the trainer's live state (`model._jax_state`), where
+    `fit` keeps the weights until the epoch ends.
 
     Args:
         options: An `ActivationOptions`, or the probe batch `data` of model
