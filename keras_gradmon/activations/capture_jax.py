@@ -67,8 +67,22 @@ def state_values(model: Any, given: Any = None) -> list[Any]:
     for key in _STATE_KEYS:
         variables = getattr(model, key)
         held = state.get(key) if live else None
-        values.extend(held if held else [v.value for v in variables])
+        values.extend(held if held else _values(model, variables))
     return values
+
+
+def _values(model: Any, variables: list) -> list[Any]:
+    """The variables' own values; an error where the trainer purged them."""
+    # `_value`: where Keras's JAX trainer purges a variable (`value` would
+    # then make a placeholder from the initializer).
+    if any(getattr(v, "_value", 0) is None for v in variables):
+        raise ValueError(
+            f"The variables of {getattr(model, 'name', model)!r} hold no values: "
+            "Keras's JAX `fit` keeps them in the trainer's state (of the "
+            "model being fit) until the epoch ends. Probe the model passed "
+            "to `fit`, or pass `state=` to `update`."
+        )
+    return [v.value for v in variables]
 
 
 def _variables(model: Any) -> list[Any]:

@@ -174,6 +174,15 @@ def test_a_hand_written_loop_passes_its_state():
     assert not np.allclose(before.stats[:, :2], snapshot.stats[:, :2])
 
 
+def test_variables_without_values_are_a_clear_error():
+    # As during another model's `fit`: the trainer purges the variables.
+    model = models.sequential()
+    monitor = keras_gradmon.ActivationMonitor(model, models.probe_data(8))
+    model._purge_model_variables(trainable_variables=True)
+    with pytest.raises(ValueError, match=r"'seq' hold no values.*pass `state=`"):
+        monitor.record(0)
+
+
 def test_parity_with_tensorflow_backend(tmp_path):
     model, probe = _model(), side.probe_batch()
     source, target = tmp_path / "in.npz", tmp_path / "out.npz"
