@@ -1,61 +1,62 @@
-"""Captures the outputs of chosen layers during one forward pass.
-
-Keras 3 and tf_keras layers both run `self.call` from `__call__`, looked up
-on the instance at every call. For the length of the `with` block each
-chosen layer gets an instance attribute `call` that runs the original and
-keeps its output; leaving the block deletes it again, so the layer is exactly
-as before. Used while tracing a probe function: the traced graph holds the
-captured outputs, and later runs of that graph involve no Python at all.
+"""The activation probe on TensorFlow (Keras 3 and tf_keras): the probe
+function traced once by `tf.function`, with the watched layers hooked while
+it traces (`keras_gradmon.activations.hooks`); later runs are one graph, no
+Python. The model's variables are read by the graph itself. Imported only
+on the TensorFlow backend (`keras_gradmon.activations.probe.capture_backend`).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
 
-def _recording(original: Callable, sink: list) -> Callable:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        outputs = original(*args, **kwargs)
-        # A layer returning a structure (an RNN's states) is measured on its
-        # first output.
-        sink.append(tf.nest.flatten(outputs)[0])
-        return outputs
-
-    return call
-
-
-@contextlib.contextmanager
-def capture_outputs(layers: Sequence[Any]) -> Iterator[list[list[tf.Tensor]]]:
-    """Records every output of each of `layers` while the block runs.
-
-    Yields:
-        One list per layer, filled with that layer's outputs in call order
-        (several when a layer is shared, none when the pass skips it).
+def flatten(structure: Any) -> list[Any]:
+    """The leaves of a structure of tensors, in `tf.nest` order.
 
     Example:
 
-    >>> with capture_outputs([model.layers[0]]) as outputs:  # doctest: +SKIP
-    ...     model(x)
-    >>> outputs[0][0].shape  # doctest: +SKIP
-    TensorShape([32, 16])
+    >>> flatten({"b": 2, "a": [1]})
+    [1, 2]
     """
-    outputs: list[list[tf.Tensor]] = [[] for _ in layers]
-    hooked = []
-    try:
-        for layer, sink in zip(layers, outputs):
-            if "call" in vars(layer):
-                raise ValueError(
-                    f"Layer {layer.name!r} is already being captured (or has its "
-                    "own `call` attribute); one probe at a time."
-                )
-            # object.__setattr__: Keras's own __setattr__ would track it.
-            object.__setattr__(layer, "call", _recording(layer.call, sink))
-            hooked.append(layer)
-        yield outputs
-    finally:
-        for layer in hooked:
-            object.__delattr__(layer, "call")
+    return tf.nest.flatten(structure)
+
+
+def as_inputs(data: Any) -> Any:
+    """The probe batch as tensors (its structure kept).
+
+    Example:
+
+    >>> as_inputs([1.0]).dtype
+    tf.float32
+    """
+    return tf.nest.map_structure(tf.convert_to_tensor, data)
+
+
+def compile_probe(
+    measure: Callable[[Any], dict], model: Any = None
+) -> Callable[[Any, Any], dict]:
+    """`measure` (probe batch -> tensors) as a `tf.function`, called as
+    `run(data, state)`; `model` is not needed: the graph reads the
+    variables, and `state` must be None.
+
+    Example:
+
+    >>> run = compile_probe(lambda x: {"sum": tf.reduce_sum(x)})
+    >>> float(run(tf.ones([3]), None)["sum"])
+    3.0
+    """
+    function = tf.function(measure, reduce_retracing=True)
+
+    def run(data: Any, state: Any) -> dict:
+        if state is not None:
+            raise ValueError(
+                "`state` is for the JAX backend, where a hand-written loop "
+                "keeps the values outside the variables; on TensorFlow the "
+                "probe reads the variables. Received: state is not None"
+            )
+        return function(data)
+
+    return run

@@ -139,7 +139,11 @@ class ActivationMonitor:
                 return model(batch, training=False)
 
         self.probe = ActivationProbe(
-            self.watched, forward, options.data, options.histogram_buckets
+            self.watched,
+            forward,
+            options.data,
+            options.histogram_buckets,
+            model=model,
         )
         self._owns_hub = hub is None
         self.hub = recording_hub(options.log_dir, options.writer, hub)
@@ -171,8 +175,16 @@ class ActivationMonitor:
             return False
         return self.schedule.due(step)
 
-    def update(self, step: Any) -> ActivationSnapshot | None:
+    def update(self, step: Any, state: Any = None) -> ActivationSnapshot | None:
         """Measures if `step` (an int or an integer tensor/variable) is due.
+
+        Args:
+            step: The training step.
+            state: JAX only: `(trainable_values, non_trainable_values)`, the
+                model's state where a hand-written `jax.jit` loop keeps it
+                (lists in the order of `model.trainable_variables` and
+                `model.non_trainable_variables`); None to read the
+                variables (or, in `fit`, the trainer's live state).
 
         Returns:
             The new snapshot, or None when the step is not due.
@@ -181,15 +193,16 @@ class ActivationMonitor:
             GradientAlertError: When an alert's tier has the "raise" action.
         """
         step = int(step)
-        return self.record(step) if self.due(step) else None
+        return self.record(step, state) if self.due(step) else None
 
-    def record(self, step: Any) -> ActivationSnapshot:
-        """Measures now, writes the numbers and runs the rules.
+    def record(self, step: Any, state: Any = None) -> ActivationSnapshot:
+        """Measures now (on `state`, as for `update`), writes the numbers and
+        runs the rules.
 
         Raises:
             GradientAlertError: When an alert's tier has the "raise" action.
         """
-        snapshot = self.probe.measure(int(step))
+        snapshot = self.probe.measure(int(step), state)
         self.latest = snapshot
         # Publishes the numbers to the recorders and the metrics to the
         # alert runner (which publishes its flags through the same hub).

@@ -1,17 +1,27 @@
 """`ActivationProbe`: one compiled forward pass on a fixed batch that measures
-the outputs of the watched layers."""
+the outputs of the watched layers.
+
+The measurement is `keras.ops`, the same on every backend; how the forward
+pass is compiled and the outputs captured is the backend's
+(`capture_backend`: `activations.capture` on TensorFlow,
+`activations.capture_jax` on JAX), imported only there.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
+import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
-from keras_gradmon.activations.capture import capture_outputs
+from keras_gradmon.activations.hooks import capture_outputs
 from keras_gradmon.activations.layers import WatchedLayer
+from keras_gradmon.backend import Tensor
 from keras_gradmon.recorders.buckets import histogram_rows
 from keras_gradmon.stats import bucket_counts, tensor_statistics
 from keras_gradmon.stats.activations import (
@@ -34,6 +44,32 @@ ACTIVATION_STATISTICS: tuple[str, ...] = (
     "saturated_fraction",
 )
 _MOMENTS = ACTIVATION_STATISTICS[:6]
+#: The module that compiles the probe and captures the outputs, by backend.
+_CAPTURE = {
+    "tensorflow": "keras_gradmon.activations.capture",
+    "jax": "keras_gradmon.activations.capture_jax",
+}
+
+
+def capture_backend() -> ModuleType:
+    """The probe's module for the current Keras backend: `flatten`,
+    `as_inputs` and `compile_probe`.
+
+    Raises:
+        NotImplementedError: On a backend other than TensorFlow or JAX.
+
+    Example:
+
+    >>> capture_backend().__name__  # doctest: +SKIP
+    'keras_gradmon.activations.capture_jax'
+    """
+    name = keras.backend.backend()
+    if name not in _CAPTURE:
+        raise NotImplementedError(
+            f"The activation probe runs on the backends {sorted(_CAPTURE)}. "
+            f"Received: keras.backend.backend()={name!r}"
+        )
+    return importlib.import_module(_CAPTURE[name])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +138,7 @@ class ActivationSnapshot:
         }
 
 
-def _merged(outputs: list[tf.Tensor]) -> tf.Tensor:
+def _merged(outputs: list[Tensor]) -> Tensor:
     """One tensor of a layer's outputs; a shared layer's calls side by side."""
     if len(outputs) == 1:
         return outputs[0]
@@ -110,32 +146,46 @@ def _merged(outputs: list[tf.Tensor]) -> tf.Tensor:
     if len(units) != 1 or None in units:
         return outputs[0]
     width = units.pop()
-    return tf.concat([tf.reshape(o, [-1, width]) for o in outputs], 0)
+    return ops.concatenate([ops.reshape(o, [-1, width]) for o in outputs], 0)
 
 
-def _layer_statistics(y: tf.Tensor, dead: tf.Tensor, activation: str) -> tf.Tensor:
+def _nan() -> Tensor:
+    return ops.full([], float("nan"), "float32")
+
+
+def _layer_statistics(y: Tensor, dead: Tensor, activation: str) -> Tensor:
     moments = tensor_statistics(y, _MOMENTS)
     saturation = (
-        saturated_fraction(y, activation)
-        if activation in SATURATING
-        else tf.constant(float("nan"))
+        saturated_fraction(y, activation) if activation in SATURATING else _nan()
     )
-    return tf.stack(
-        [tf.cast(moments[name], tf.float32) for name in _MOMENTS]
-        + [tf.reduce_mean(tf.cast(dead, tf.float32)), saturation]
+    return ops.stack(
+        [ops.cast(moments[name], "float32") for name in _MOMENTS]
+        + [ops.mean(ops.cast(dead, "float32")), saturation]
     )
 
 
-def sample_count(data: Any) -> int:
-    """The number of samples in a batch of model inputs (its leading axis)."""
-    first = tf.nest.flatten(data)[0]
-    shape = tf.TensorShape(getattr(first, "shape", np.shape(first)))
-    if shape.rank is None or shape.rank == 0 or shape[0] is None:
+def sample_count(data: Any, flatten: Callable[[Any], list] = keras.tree.flatten) -> int:
+    """The number of samples in a batch of model inputs (its leading axis);
+    `flatten` gives the batch's leaves.
+
+    Example:
+
+    >>> sample_count({"x": np.zeros([5, 2])})
+    5
+    """
+    first = flatten(data)[0]
+    shape = getattr(first, "shape", None)
+    shape = np.shape(first) if shape is None else shape
+    try:
+        dims = tuple(shape)
+    except ValueError:  # TensorFlow: a shape of unknown rank
+        dims = ()
+    if not dims or dims[0] is None:
         raise ValueError(
             "`data` must be a batch of model inputs with a leading sample "
             f"axis. Received: data of shape {shape}"
         )
-    return int(shape[0])
+    return int(dims[0])
 
 
 class ActivationProbe:
@@ -143,7 +193,9 @@ class ActivationProbe:
 
     Inference mode (`training=False`): dropout off, batch normalization on
     its moving statistics, so the numbers describe the model as it stands,
-    not one noisy training pass.
+    not one noisy training pass. One compiled function (`tf.function` on
+    TensorFlow, `jax.jit` on JAX, where it runs on the model's live state,
+    during `fit` too), traced once.
 
     Args:
         layers: The layers to watch (`select_layers`).
@@ -151,11 +203,14 @@ class ActivationProbe:
             argument); `model(x, training=False)` in the usual case.
         data: The probe batch: what `forward` takes.
         buckets: Histogram buckets, or None for no histograms.
+        model: The model whose variables `forward` reads (needed on JAX,
+            where their values are passed in).
 
     Example:
 
     ```python
-    probe = ActivationProbe(select_layers(model), lambda x: model(x), x_val[:256])
+    probe = ActivationProbe(
+        select_layers(model), lambda x: model(x), x_val[:256], 30, model=model)
     snapshot = probe.measure(step=0)
     ```
     """
@@ -166,47 +221,53 @@ class ActivationProbe:
         forward: Callable[[Any], Any],
         data: Any,
         buckets: int | None,
+        model: Any = None,
     ) -> None:
+        backend = capture_backend()
         self.layers = list(layers)
-        self.samples = sample_count(data)
-        self.data = tf.nest.map_structure(tf.convert_to_tensor, data)
+        self.samples = sample_count(data, backend.flatten)
+        self.data = backend.as_inputs(data)
         self.buckets = buckets
         self._forward = forward
-        self._function = tf.function(self._measure, reduce_retracing=True)
+        self._first = lambda outputs: backend.flatten(outputs)[0]
+        self._function = backend.compile_probe(self._measure, model)
 
-    def _measure(self, data: Any) -> dict[str, tf.Tensor]:
-        with capture_outputs([w.layer for w in self.layers]) as outputs:
+    def _measure(self, data: Any) -> dict[str, Any]:
+        with capture_outputs([w.layer for w in self.layers], self._first) as outputs:
             self._forward(data)
-        missing = tf.fill([len(ACTIVATION_STATISTICS)], float("nan"))
+        missing = ops.full([len(ACTIVATION_STATISTICS)], float("nan"), "float32")
         rows, reached, dead, counts, ranges = [], [], [], [], []
         for watched, outs in zip(self.layers, outputs):
             reached.append(bool(outs))
             y = _merged(outs) if outs else None
-            dead.append(dead_units(y) if outs else tf.zeros([0], tf.bool))
+            dead.append(dead_units(y) if outs else ops.zeros([0], "bool"))
             rows.append(
                 _layer_statistics(y, dead[-1], watched.activation) if outs else missing
             )
             if self.buckets is not None:
-                c, r = (
-                    bucket_counts(y, self.buckets)
-                    if outs
-                    else (tf.zeros([self.buckets], tf.int32), tf.zeros([2]))
-                )
+                c, r = bucket_counts(y, self.buckets) if outs else self._no_counts()
                 counts.append(c)
                 ranges.append(r)
         result = {
-            "stats": tf.stack(rows),
-            "reached": tf.constant(reached),
+            "stats": ops.stack(rows),
+            "reached": ops.convert_to_tensor(reached),
             "dead": dead,
         }
         if self.buckets is not None:
-            result["counts"] = tf.stack(counts)
-            result["ranges"] = tf.stack(ranges)
+            result["counts"] = ops.stack(counts)
+            result["ranges"] = ops.stack(ranges)
         return result
 
-    def measure(self, step: int) -> ActivationSnapshot:
-        """Runs the probe now (one forward pass, one host read)."""
-        result = self._function(self.data)
+    def _no_counts(self) -> tuple[Tensor, Tensor]:
+        """The histogram of a layer the pass did not reach: all zeros."""
+        return ops.zeros([self.buckets], "int32"), ops.zeros([2], "float32")
+
+    def measure(self, step: int, state: Any = None) -> ActivationSnapshot:
+        """Runs the probe now (one forward pass, one host read); on JAX on
+        `state`, `(trainable_values, non_trainable_values)` in the order of
+        the model's variables, when given (see `ActivationMonitor.update`).
+        """
+        result = self._function(self.data, state)
         values = {k: np.asarray(v) for k, v in result.items() if k != "dead"}
         names = tuple(w.name for w in self.layers)
         return ActivationSnapshot(

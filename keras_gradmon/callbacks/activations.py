@@ -10,7 +10,7 @@ import keras
 from keras_gradmon.activations.monitor import ActivationMonitor
 from keras_gradmon.activations.options import ActivationOptions
 from keras_gradmon.alerts import Alert
-from keras_gradmon.callbacks.steps import StepTracker, optimizer_step
+from keras_gradmon.callbacks.steps import StepTracker, live_optimizer_step
 from keras_gradmon.hub import Hub, check_hub
 
 
@@ -26,7 +26,9 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
     TensorBoard: both describe the weights that step started from. Other
     batches cost nothing: the callback counts them without touching the
     device. Std outside the healthy band and dead units raise alerts (see
-    `ActivationMonitor`).
+    `ActivationMonitor`). On Keras 3's JAX backend the probe and the step
+    are read from the trainer's live state (`model._jax_state`), where
+    `fit` keeps the weights until the epoch ends.
 
     Args:
         options: An `ActivationOptions`, or the probe batch `data` of model
@@ -90,7 +92,8 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
         # are then counted from it, with no device access.
         optimizer = getattr(self.model, "optimizer", None)
         has_step = getattr(optimizer, "iterations", None) is not None
-        self._steps.start_epoch(optimizer_step(optimizer) if has_step else 0)
+        step = live_optimizer_step(optimizer, self.model) if has_step else 0
+        self._steps.start_epoch(step)
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         step = self._steps.batch_start(batch)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from keras_gradmon.adapters.base import MonitoredOptimizer, find_monitored
 
 
@@ -15,6 +17,36 @@ def optimizer_step(optimizer: Any) -> int:
     if read is not None:
         return read()
     return int(optimizer.iterations.numpy())
+
+
+def live_optimizer_step(optimizer: Any, model: Any) -> int:
+    """`optimizer_step` of `model`'s optimizer, read where the count lives:
+    during a JAX `fit` (its variable purged until the epoch ends) in the
+    trainer's `model._jax_state["optimizer_variables"]`, at the place of
+    `optimizer.iterations` in `optimizer.variables`; elsewhere as
+    `optimizer_step` reads it.
+
+    Example:
+
+    >>> live_optimizer_step(model.optimizer, model)  # doctest: +SKIP
+    120
+    """
+    count = _trainer_count(optimizer, model)
+    return optimizer_step(optimizer) if count is None else count
+
+
+def _trainer_count(optimizer: Any, model: Any) -> int | None:
+    """The iteration count in the JAX trainer's live state, None when the
+    trainer holds none ahead of the variables."""
+    state = getattr(model, "_jax_state", None)
+    if not state or getattr(model, "_jax_state_synced", True):
+        return None
+    values = state.get("optimizer_variables")
+    places = [id(v) for v in getattr(optimizer, "variables", ())]
+    iterations = id(optimizer.iterations)
+    if not values or iterations not in places:
+        return None
+    return int(np.asarray(values[places.index(iterations)]))
 
 
 def monitored_optimizer(

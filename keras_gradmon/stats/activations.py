@@ -2,12 +2,17 @@
 
 A layer's output `y` has its units on the last axis (a Dense layer's units,
 a convolution's channels); every other axis (batch, time, space) holds
-samples of those units. Plain tensor math, XLA-safe.
+samples of those units. Plain tensor math in `keras.ops`, the same on the
+TensorFlow and JAX backends, XLA-safe.
 """
 
 from __future__ import annotations
 
-import tensorflow as tf
+from typing import Any
+
+from keras import ops
+
+from keras_gradmon.backend import Tensor
 
 #: Activations whose output saturates, and the values counted as saturated:
 #: |tanh| >= 0.99 and sigmoid <= 0.01 or >= 0.99. There the derivative is
@@ -17,16 +22,16 @@ TANH_SATURATION = 0.99
 SIGMOID_SATURATION = 0.01
 
 
-def _units_last(y: tf.Tensor) -> tf.Tensor:
+def _units_last(y: Any) -> Tensor:
     """`y` as `[samples, units]`: every axis but the last one flattened."""
-    y = tf.convert_to_tensor(y)
-    if y.shape.rank == 0:
-        return tf.reshape(y, [1, 1])
-    units = y.shape[-1] if y.shape[-1] is not None else tf.shape(y)[-1]
-    return tf.reshape(y, [-1, units])
+    y = ops.convert_to_tensor(y)
+    if len(y.shape) == 0:
+        return ops.reshape(y, [1, 1])
+    # A dimension known only at run time is a tensor in `ops.shape`.
+    return ops.reshape(y, [-1, ops.shape(y)[-1]])
 
 
-def dead_units(y: tf.Tensor) -> tf.Tensor:
+def dead_units(y: Any) -> Tensor:
     """Which units output exactly zero for every sample (a boolean vector).
 
     Args:
@@ -37,15 +42,16 @@ def dead_units(y: tf.Tensor) -> tf.Tensor:
 
     Example:
 
-    >>> dead_units(tf.constant([[0.0, 1.0], [0.0, 0.0]])).numpy().tolist()
+    >>> import numpy as np
+    >>> np.asarray(dead_units(np.array([[0.0, 1.0], [0.0, 0.0]]))).tolist()
     [True, False]
     """
     samples = _units_last(y)
-    has_samples = tf.shape(samples)[0] > 0
-    return tf.logical_and(tf.reduce_all(tf.equal(samples, 0), axis=0), has_samples)
+    has_samples = ops.shape(samples)[0] > 0
+    return ops.logical_and(ops.all(ops.equal(samples, 0), axis=0), has_samples)
 
 
-def dead_fraction(y: tf.Tensor) -> tf.Tensor:
+def dead_fraction(y: Any) -> Tensor:
     """The fraction of units whose output is exactly zero for every sample.
 
     Args:
@@ -56,13 +62,14 @@ def dead_fraction(y: tf.Tensor) -> tf.Tensor:
 
     Example:
 
-    >>> float(dead_fraction(tf.constant([[0.0, 1.0], [0.0, 0.0]])))
+    >>> import numpy as np
+    >>> float(dead_fraction(np.array([[0.0, 1.0], [0.0, 0.0]])))
     0.5
     """
-    return tf.reduce_mean(tf.cast(dead_units(y), tf.float32))
+    return ops.mean(ops.cast(dead_units(y), "float32"))
 
 
-def saturated_fraction(y: tf.Tensor, activation: str) -> tf.Tensor:
+def saturated_fraction(y: Any, activation: str) -> Tensor:
     """The fraction of a tanh or sigmoid layer's outputs in saturation.
 
     Counted over every output (each unit on each sample): a unit saturated
@@ -77,7 +84,8 @@ def saturated_fraction(y: tf.Tensor, activation: str) -> tf.Tensor:
 
     Example:
 
-    >>> float(saturated_fraction(tf.constant([0.995, 0.5, -0.999, 0.0]), "tanh"))
+    >>> import numpy as np
+    >>> float(saturated_fraction(np.array([0.995, 0.5, -0.999, 0.0]), "tanh"))
     0.5
     """
     if activation not in SATURATING:
@@ -85,12 +93,12 @@ def saturated_fraction(y: tf.Tensor, activation: str) -> tf.Tensor:
             f"`activation` must be one of {list(SATURATING)}. "
             f"Received: activation={activation!r}"
         )
-    y = tf.cast(tf.reshape(tf.convert_to_tensor(y), [-1]), tf.float32)
+    y = ops.cast(ops.reshape(ops.convert_to_tensor(y), [-1]), "float32")
     if activation == "tanh":
-        saturated = tf.abs(y) >= TANH_SATURATION
+        saturated = ops.abs(y) >= TANH_SATURATION
     else:
-        saturated = tf.logical_or(
+        saturated = ops.logical_or(
             y <= SIGMOID_SATURATION, y >= 1.0 - SIGMOID_SATURATION
         )
-    size = tf.cast(tf.size(y), tf.float32)
-    return tf.math.divide_no_nan(tf.reduce_sum(tf.cast(saturated, tf.float32)), size)
+    size = ops.cast(ops.size(y), "float32")
+    return ops.divide_no_nan(ops.sum(ops.cast(saturated, "float32")), size)

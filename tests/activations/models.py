@@ -1,9 +1,15 @@
-"""Models with known activations, in the three Keras 3 styles."""
+"""Models with known activations, in the three Keras 3 styles, and the
+NumPy float64 references a snapshot of them is checked against (on the
+TensorFlow and the JAX backend)."""
 
 from __future__ import annotations
 
 import keras
 import numpy as np
+import pytest
+
+from keras_gradmon.activations.probe import ACTIVATION_STATISTICS
+from tests.reference import reference_histogram
 
 FEATURES = 6
 #: Units of `h1` given a large negative bias: dead on every input.
@@ -97,22 +103,22 @@ def reference_activations(model: keras.Model, x: np.ndarray) -> dict[str, np.nda
     if isinstance(model, Subclassed):
         h1 = model.h1(x)
         return {
-            "h1": h1.numpy(),
-            "inner": model.block.inner(h1).numpy(),
-            "gate": model.block.gate(h1).numpy(),
+            "h1": np.asarray(h1),
+            "inner": np.asarray(model.block.inner(h1)),
+            "gate": np.asarray(model.block.gate(h1)),
         }
     if model.name == "func":
         shared = model.get_layer("shared")
         left, right = shared(x), shared(-x)
         h2 = model.get_layer("h2")(np.concatenate([left, right], axis=1))
         return {
-            "shared": np.concatenate([left.numpy(), right.numpy()], axis=0),
-            "h2": h2.numpy(),
+            "shared": np.concatenate([left, right], axis=0),
+            "h2": np.asarray(h2),
         }
     out, y = {}, x
     for layer in model.layers[:-1]:
         y = layer(y)
-        out[layer.name] = y.numpy()
+        out[layer.name] = np.asarray(y)
     return out
 
 
@@ -134,3 +140,33 @@ def reference_statistics(y: np.ndarray, activation: str) -> dict[str, float]:
     elif activation == "sigmoid":
         stats["saturated_fraction"] = np.mean((a <= 0.01) | (a >= 0.99))
     return {k: float(v) for k, v in stats.items()}
+
+
+#: Each builder and the activation of each layer it has watched by default.
+BUILDERS = {
+    "sequential": (sequential, {"h1": "relu", "h2": "tanh", "h3": "sigmoid"}),
+    "functional": (functional, {"shared": "relu", "h2": "tanh"}),
+    "subclassed": (subclassed, {"h1": "relu", "inner": "tanh", "gate": "sigmoid"}),
+}
+
+
+def assert_snapshot_matches(snapshot, model: keras.Model, x: np.ndarray) -> None:
+    """`snapshot` (of `model` on `x`, with histograms) against the NumPy
+    float64 references of each watched layer's output: every statistic
+    within 2e-6 of the layer's scale, the histogram counts exactly."""
+    buckets = snapshot.hist_counts.shape[1]
+    reference = reference_activations(model, x)
+    for i, (layer, activation) in enumerate(zip(snapshot.layers, snapshot.activations)):
+        y = reference[layer]
+        expected = reference_statistics(y, activation)
+        tolerance = 2e-6 * max(1.0, abs(expected["max"]), abs(expected["min"]))
+        for name in ACTIVATION_STATISTICS:
+            values = snapshot.stat(name)
+            if name not in expected:
+                assert layer not in values, (layer, name)
+                continue
+            want = pytest.approx(expected[name], abs=tolerance)
+            assert values[layer] == want, (layer, name)
+        counts, low, high = reference_histogram(y, buckets)
+        assert snapshot.hist_counts[i].tolist() == counts.tolist()
+        assert snapshot.hist_range[i].tolist() == pytest.approx([low, high])

@@ -8,27 +8,9 @@ from keras_gradmon import ActivationMonitor
 from keras_gradmon.activations.options import ActivationOptions
 from keras_gradmon.activations.probe import ACTIVATION_STATISTICS
 from tests.activations import models
-from tests.reference import histogram_series, load_events, reference_histogram
+from tests.reference import histogram_series, load_events
 
-BUILDERS = {
-    "sequential": (models.sequential, {"h1": "relu", "h2": "tanh", "h3": "sigmoid"}),
-    "functional": (models.functional, {"shared": "relu", "h2": "tanh"}),
-    "subclassed": (
-        models.subclassed,
-        {"h1": "relu", "inner": "tanh", "gate": "sigmoid"},
-    ),
-}
-
-
-def _assert_matches(snapshot, expected: dict[str, float], layer: str) -> None:
-    for name in ACTIVATION_STATISTICS:
-        values = snapshot.stat(name)
-        if name not in expected:
-            assert layer not in values, (layer, name)
-            continue
-        want = expected[name]
-        tolerance = 2e-6 * max(1.0, abs(expected["max"]), abs(expected["min"]))
-        assert values[layer] == pytest.approx(want, abs=tolerance), (layer, name)
+BUILDERS = models.BUILDERS
 
 
 @pytest.mark.parametrize("kind", sorted(BUILDERS))
@@ -40,16 +22,7 @@ def test_statistics_match_numpy(kind):
     snapshot = monitor.record(step=7)
     assert snapshot.step == 7 and snapshot.samples == len(x)
     assert dict(zip(snapshot.layers, snapshot.activations)) == activations
-    reference = models.reference_activations(model, x)
-    for layer, activation in activations.items():
-        y = reference[layer]
-        _assert_matches(
-            snapshot, models.reference_statistics(y, activation), layer
-        )
-        i = snapshot.layers.index(layer)
-        counts, low, high = reference_histogram(y, 12)
-        assert snapshot.hist_counts[i].tolist() == counts.tolist()
-        assert snapshot.hist_range[i].tolist() == pytest.approx([low, high])
+    models.assert_snapshot_matches(snapshot, model, x)
     if "h2" in activations and kind == "sequential":
         # The data exercises saturation for real.
         assert 0 < snapshot.stat("saturated_fraction")["h2"] < 1
@@ -109,6 +82,13 @@ def test_probe_is_traced_once_and_runs_without_python():
     assert len(traces) == 1
     # The hooks are gone: the layers are as they were.
     assert all("call" not in vars(layer) for layer in model.layers)
+
+
+def test_state_is_for_the_jax_backend():
+    monitor = ActivationMonitor(models.sequential(), models.probe_data(8))
+    with pytest.raises(ValueError, match="`state` is for the JAX backend"):
+        monitor.update(0, state=([], []))
+    assert monitor.latest is None
 
 
 def test_update_measures_on_due_steps_once_each():
