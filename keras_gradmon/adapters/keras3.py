@@ -12,7 +12,6 @@ from types import ModuleType
 from typing import Any
 
 import keras
-import numpy as np
 
 from keras_gradmon import backend, loss_scale
 from keras_gradmon.adapters.base import (
@@ -24,6 +23,7 @@ from keras_gradmon.adapters.base import (
     resolve_config,
     set_variables,
 )
+from keras_gradmon.adapters.live_state import LiveState
 from keras_gradmon.config import MonitorConfig
 from keras_gradmon.monitor import GradientMonitor
 
@@ -59,7 +59,7 @@ def handed_on(monitor: GradientMonitor, summed: list, clipped: Any, scale: Any) 
 
 @keras.saving.register_keras_serializable(package="keras_gradmon")
 class GradientMonitorOptimizer(
-    ConfigFromInner, MonitoredOptimizer, keras.optimizers.Optimizer
+    LiveState, ConfigFromInner, MonitoredOptimizer, keras.optimizers.Optimizer
 ):
     """Wraps an optimizer and records gradient statistics inside the step.
 
@@ -268,49 +268,6 @@ class GradientMonitorOptimizer(
                 self.build(variables)
             self.built = True
         return variables
-
-    # The host: where the live state is ----------------------------------------
-
-    def use_state(self, values: Any) -> None:
-        """Where host reads (`write_summaries`, the callbacks, `snapshot()`)
-        find this optimizer's live variables, when they are not in its
-        variables: on JAX, the `optimizer_variables` a hand-written
-        `jax.jit` loop threads through `stateless_apply` (a list in the
-        order of `variables`, or a callable returning one; None: the
-        variables). `fit` needs nothing: the callbacks read the trainer's
-        state.
-
-        Example:
-
-        >>> optimizer.use_state(lambda: opt_vars)  # doctest: +SKIP
-        """
-        live = values if callable(values) or values is None else (lambda: values)
-        self._live_state = live
-        if self.built:
-            self.monitor.state.source = self._read_live
-
-    def bind_model(self, model: Any) -> None:
-        """Reads the live state from `model`'s trainer during `fit` (JAX keeps
-        it outside the variables, in `model._jax_state`, until the epoch
-        ends); a no-op on TensorFlow."""
-        if keras.backend.backend() == "jax":
-            from keras_gradmon.adapters import keras3_jax
-
-            self.use_state(keras3_jax.fit_state(model))
-
-    def read_iterations(self) -> int:
-        """The inner optimizer's step count, read on the host (from the live
-        state on JAX)."""
-        live = None if self._live_state is None else self._read_live
-        [count] = backend.capture([self.iterations], live, {})
-        return int(np.asarray(count))
-
-    def _read_live(self, variables: list) -> list:
-        live = self._live_state() if self._live_state is not None else None
-        if live is None:
-            return [v.value for v in variables]
-        position = {id(v): k for k, v in enumerate(self.variables)}
-        return [live[position[id(v)]] for v in variables]
 
     # Serialization: the inner optimizer with the framework's own functions.
 
