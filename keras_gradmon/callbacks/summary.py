@@ -118,6 +118,7 @@ class GradientSummaryCallback(BatchReads, keras.callbacks.Callback):
         self._steps.start_epoch(optimizer_step(self._monitored()))
 
     def _batch_logs(self, logs: dict | None) -> None:
+        self.monitor_writer.write_immediate()
         self._logs.update(logs)
 
     def _read_batch(self, batch: int) -> None:
@@ -148,6 +149,7 @@ class GradientSummaryCallback(BatchReads, keras.callbacks.Callback):
         self._read_last()
         self.monitor_writer.write()  # what is queued first, then what is fresh
         self.monitor_writer.flush()
+        self.monitor_writer.write_immediate()
         self._logs.update(logs)
 
     def on_train_end(self, logs: dict | None = None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from keras_gradmon.history import Cursor, Entry, latest_entry, unpack
 from keras_gradmon.hub import GRADIENTS, Hub, Publication, chief_writes
@@ -53,7 +53,8 @@ class MonitorWriter:
     runs dry, so everything captured lands in the files even if training
     stops with an exception. `close()` drains the queue, writes what is
     fresh and closes the recorders. Recorders marked `immediate` (Keras
-    logs) get the newest summary at once, on the capturing thread.
+    logs) get the newest summary of a capture when `write_immediate()` is
+    called, where the logs are filled.
 
     More summaries recorded between two captures than the state keeps
     (`summary_history`) are counted, written as `dropped/summaries` (and
@@ -103,6 +104,7 @@ class MonitorWriter:
         self._claimed = False
         self._cursors: dict[str, Cursor] = {}
         self._warned = False
+        self._immediate_pending: Any = None
         self._worker = (
             Worker(self._process, self.flush, queue_size) if asynchronous else None
         )
@@ -154,13 +156,21 @@ class MonitorWriter:
             state.capture_scalars() if scalars else None,
             state.capture_histograms() if histograms else None,
         )
-        immediate = self.immediate
-        if scalars and immediate:
-            self._write_immediate(item[0], immediate)
+        if scalars and self.immediate:
+            self._immediate_pending = item[0]
         if self._worker is None:
             self._process(item)
         else:
             self._worker.put(item)
+
+    def write_immediate(self) -> None:
+        """Gives the `immediate` recorders (Keras logs) the newest summary of
+        the last capture, if not given yet. Called where the logs are filled:
+        reading the numbers waits for the step that made them, which on JAX
+        is then the thread Keras runs the batch hooks on, not training's."""
+        captured, self._immediate_pending = self._immediate_pending, None
+        if captured is not None:
+            self._write_immediate(captured, self.immediate)
 
     def _write_immediate(self, captured: tuple, immediate: list[Recorder]) -> None:
         entry = latest_entry(self.monitor.layout.history, *unpack(captured))
