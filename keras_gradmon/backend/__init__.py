@@ -30,6 +30,7 @@ import keras
 Tensor = Any
 
 _MODULES = {"tensorflow": "tensorflow", "jax": "jax"}
+_LOADED: dict[str, ModuleType] = {}
 
 
 def current() -> ModuleType:
@@ -44,12 +45,18 @@ def current() -> ModuleType:
     True
     """
     name = keras.backend.backend()
+    module = _LOADED.get(name)
+    if module is not None:
+        # No import call in traced code: AutoGraph would try to convert it.
+        return module
     if name not in _MODULES:
         raise NotImplementedError(
             f"keras_gradmon computes statistics on the backends "
             f"{sorted(_MODULES)}. Received: keras.backend.backend()={name!r}"
         )
-    return importlib.import_module(f"keras_gradmon.backend.{_MODULES[name]}")
+    module = importlib.import_module(f"keras_gradmon.backend.{_MODULES[name]}")
+    _LOADED[name] = module
+    return module
 
 
 def cond(pred: Tensor, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> Any:
