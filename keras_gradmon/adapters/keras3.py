@@ -247,6 +247,12 @@ class GradientMonitorOptimizer(
             return super().stateless_apply(
                 optimizer_variables, grads, trainable_variables
             )
+        if not self.built:
+            raise ValueError(
+                f"To call `stateless_apply`, {type(self).__name__} must be "
+                "built (i.e. its variables must have been created). You can "
+                "build it via `optimizer.build(trainable_variables)`."
+            )
         from keras_gradmon.adapters import keras3_jax
 
         return keras3_jax.stateless_apply(

@@ -156,3 +156,9 @@ def test_loss_scale_optimizer_inside_skips_and_records_its_scale():
     totals = monitored.snapshot().totals
     assert totals["skipped_steps"] == 1.0
     assert totals["loss_scale"] == 2.0**14
+
+
+def test_stateless_apply_before_build_says_how_to_build():
+    optimizer = GradientMonitorOptimizer(keras.optimizers.Adam(1e-3))
+    with pytest.raises(ValueError, match=r"optimizer.build\(trainable_variables\)"):
+        optimizer.stateless_apply([], [], [])
