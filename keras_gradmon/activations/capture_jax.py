@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import keras
 
+from keras_gradmon import backend
+
 #: The trainer's state keys, in `state_values` order.
 _STATE_KEYS = ("trainable_variables", "non_trainable_variables")
 
@@ -61,13 +63,10 @@ def state_values(model: Any, given: Any = None) -> list[Any]:
     if given is not None:
         trainable, non_trainable = given
         return [*trainable, *non_trainable]
-    state = getattr(model, "_jax_state", None)
-    live = state and not getattr(model, "_jax_state_synced", True)
     values = []
     for key in _STATE_KEYS:
-        variables = getattr(model, key)
-        held = state.get(key) if live else None
-        values.extend(held if held else _values(model, variables))
+        held = backend.trainer_values(model, key)
+        values.extend(held if held else _values(model, getattr(model, key)))
     return values
 
 

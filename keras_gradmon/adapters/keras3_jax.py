@@ -119,13 +119,7 @@ def fit_state(model: Any) -> Callable[[], list | None]:
     trainer's `_jax_state` while it is ahead of the variables (None
     otherwise: the variables hold them)."""
 
-    def live() -> list | None:
-        state = getattr(model, "_jax_state", None)
-        if not state or getattr(model, "_jax_state_synced", True):
-            return None
-        return state.get("optimizer_variables")
-
-    return live
+    return lambda: backend.trainer_values(model, "optimizer_variables")
 
 
 def _state_names(wrapper: Any) -> list[str | None]:

@@ -247,3 +247,22 @@ def unconverted(function: Callable[..., Any]) -> Callable[..., Any]:
     from keras_gradmon.backend.tensorflow.graph import unconverted as on_tensorflow
 
     return on_tensorflow(function)
+
+
+def trainer_values(model: Any, key: str) -> list | None:
+    """The live values that Keras's JAX trainer holds for `model` under
+    `key` ("trainable_variables", "non_trainable_variables",
+    "optimizer_variables", in the order of the matching variables) while it
+    is ahead of the variables: during `fit`, until the epoch ends, it keeps
+    them in `model._jax_state` (donated to each next step) and purges the
+    variables. None where the variables hold the values (and on TensorFlow).
+
+    Example:
+
+    >>> trainer_values(object(), "optimizer_variables") is None
+    True
+    """
+    state = getattr(model, "_jax_state", None)
+    if not state or getattr(model, "_jax_state_synced", True):
+        return None
+    return state.get(key) or None

@@ -38,10 +38,9 @@ def live_optimizer_step(optimizer: Any, model: Any) -> int:
 def _trainer_count(optimizer: Any, model: Any) -> int | None:
     """The iteration count in the JAX trainer's live state, None when the
     trainer holds none ahead of the variables."""
-    state = getattr(model, "_jax_state", None)
-    if not state or getattr(model, "_jax_state_synced", True):
-        return None
-    values = state.get("optimizer_variables")
+    from keras_gradmon.backend import trainer_values
+
+    values = trainer_values(model, "optimizer_variables")
     places = [id(v) for v in getattr(optimizer, "variables", ())]
     iterations = id(optimizer.iterations)
     if not values or iterations not in places:
