@@ -10,6 +10,8 @@ from typing import Any
 from keras_gradmon.config_checks import (
     _fail,
     _is_positive_int,
+    check_clipping,
+    check_skip_spikes,
     check_statistics,
     check_tag_scope,
 )
@@ -53,6 +55,24 @@ class MonitorConfig:
         skip_nonfinite: Skip the update (weights and the inner optimizer's
             state untouched) on a step where any gradient holds NaN or Inf,
             and count it.
+        update_statistics: Also record the update/weight ratio (the
+            effective learning rate) of each variable, group and of all
+            variables on scalar summaries: ||w_after - w_before|| /
+            ||w_before|| of the update the inner optimizer applied.
+        track_spikes: Keep the largest and smallest global gradient norm
+            of the steps between two summaries, and the step of the
+            largest, and write them with the next summary (costs one global
+            norm per step, free when clipping computes it).
+        skip_spikes: Skip the update of a step whose global norm is more
+            than `z_threshold` standard deviations above the mean of the
+            last `window` norms (OLMo-core's `SkipStepOptimizer`): False,
+            True, or a mapping of `z_threshold` (6.0), `window` (128) and
+            `min_history` (64).
+        noise_scale: Estimate the gradient noise scale B_simple
+            (McCandlish et al. 2018) from the per-replica gradients under
+            `tf.distribute`, or the micro-batches of the inner optimizer's
+            `gradient_accumulation_steps`: False, True, or a mapping (see
+            docs/noise_scale.md).
         summary_history: How many recorded summaries (and histogram steps)
             the state keeps for the host to read. A train step that applies
             several times per batch, or `steps_per_execution`, records
@@ -78,6 +98,10 @@ class MonitorConfig:
     tag_scope: str | None = None
     clipping: Mapping[str, Any] | None = None
     skip_nonfinite: bool = False
+    update_statistics: bool = True
+    track_spikes: bool = False
+    skip_spikes: bool | Mapping[str, Any] = False
+    noise_scale: bool | Mapping[str, Any] = False
     summary_history: int = 32
 
     def __post_init__(self) -> None:
@@ -93,11 +117,13 @@ class MonitorConfig:
                 self.histogram_buckets,
             )
         self._validate_statistics()
-        for name in ("weight_statistics", "per_variable", "skip_nonfinite"):
+        bools = ("weight_statistics", "per_variable", "skip_nonfinite")
+        for name in (*bools, "update_statistics", "track_spikes"):
             if not isinstance(getattr(self, name), bool):
                 _fail(name, "must be a bool", getattr(self, name))
         self._validate_groups()
         self._validate_clipping()
+        self._validate_signals()
         check_tag_scope(self.tag_scope)
         if not _is_positive_int(self.summary_history):
             _fail("summary_history", "must be a positive integer", self.summary_history)
@@ -113,24 +139,10 @@ class MonitorConfig:
         object.__setattr__(self, "groups", check_groups(self.groups))
 
     def _validate_clipping(self) -> None:
-        clipping = self.clipping
-        if clipping is None:
-            return
-        if not isinstance(clipping, Mapping) or "method" not in clipping:
-            _fail("clipping", 'must be None or a mapping with a "method" key', clipping)
-        options = dict(clipping)
-        enabled = options.pop("enabled", True)
-        if not isinstance(enabled, bool):
-            _fail("clipping['enabled']", "must be a bool", enabled)
-        from keras_gradmon.clipping import make_clip_rule
+        object.__setattr__(self, "clipping", check_clipping(self.clipping))
 
-        try:
-            make_clip_rule(**options)
-        except (TypeError, ValueError) as error:
-            raise ValueError(
-                f"Invalid `clipping`: {error} (in clipping={dict(clipping)!r})"
-            ) from None
-        object.__setattr__(self, "clipping", {**options, "enabled": enabled})
+    def _validate_signals(self) -> None:
+        object.__setattr__(self, "skip_spikes", check_skip_spikes(self.skip_spikes))
 
     @property
     def clip_rule(self) -> Any:
@@ -278,6 +290,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "economy": {
         "statistics": ("norm", "nonfinite"),
         "weight_statistics": False,
+        "update_statistics": False,
         "histogram_every_n_steps": None,
     },
     "full": {},

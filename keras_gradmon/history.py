@@ -86,6 +86,18 @@ class Ring:
         out[self.count_key] = count + 1
         return out
 
+    def amend(self, values: dict, start: int, data: Any) -> dict:
+        """`values` with `data` written over the newest row of the (one)
+        payload from column `start` on: a number measured later in the
+        step than the row was pushed."""
+        [key] = self.payload_keys
+        slot = ops.mod(values[self.count_key] - 1, self.capacity)
+        row = ops.take(values[key], slot, axis=0)
+        data = ops.cast(data, row.dtype)
+        end = start + int(data.shape[0])
+        row = ops.concatenate([row[:start], data, row[end:]], 0)
+        return {**values, key: _put_row(values[key], ops.reshape(slot, [1, 1]), row)}
+
     def latest(self, values: dict) -> list[Any]:
         """The newest row of each payload of the state `values`."""
         slot = ops.mod(values[self.count_key] - 1, self.capacity)

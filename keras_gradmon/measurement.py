@@ -44,6 +44,14 @@ class Totals:
     clip_fraction: Tensor
     skipped_steps: Tensor
     loss_scale: Tensor
+    spike_max_norm: Tensor
+    spike_min_norm: Tensor
+    spike_max_step: Tensor
+    spike_skipped: Tensor
+    noise_batch_ratio: Tensor
+    noise_b_simple: Tensor
+    noise_grad_sq: Tensor
+    noise_trace: Tensor
 
     def stack(self) -> Tensor:
         """The values as one float32 vector, in `TOTALS` order."""
@@ -253,7 +261,7 @@ def scalar_measurement(
         names: The per-variable statistics to compute.
         members: The rows of each group.
         extra: The `Totals` that come from elsewhere: the clip numbers,
-            `skipped_steps` and `loss_scale`.
+            `skipped_steps`, `loss_scale` and the every-step signals'.
     """
     parts = [grads] if weights is None else [grads, weights]
     grad, *weight_part = statistics_matrices(parts, count, names)

@@ -24,8 +24,8 @@ import numpy as np
 from keras import ops
 
 from keras_gradmon import backend
-from keras_gradmon.clipping import as_gradient, global_norm_of
 from keras_gradmon.config import MonitorConfig
+from keras_gradmon.every_step import EveryStep
 from keras_gradmon.history import NO_STEP, latest_entry, unpack
 from keras_gradmon.measurement import (
     ClipOutcome,
@@ -37,6 +37,8 @@ from keras_gradmon.measurement import (
 from keras_gradmon.naming import match_groups, unique_paths
 from keras_gradmon.recording import Inputs, clip_totals, either_of, when
 from keras_gradmon.schedule import Schedule
+from keras_gradmon.signals.step import StepSignals
+from keras_gradmon.signals.update_ratio import update_ratios
 from keras_gradmon.state import (
     HistogramSnapshot,
     Layout,
@@ -50,7 +52,7 @@ from keras_gradmon.tags import TagTable
 _NAN = float("nan")
 
 
-class GradientMonitor:
+class GradientMonitor(EveryStep):
     """Measures (and clips) gradients inside the train step.
 
     Args:
@@ -76,6 +78,7 @@ class GradientMonitor:
             config.histogram_every_n_steps, "histogram_every_n_steps"
         )
         self.clip_rule = config.clip_rule
+        self.signals = StepSignals(config)
         self.built = False
 
     def build(self, variables: Sequence[Any], make_variable: VariableFactory) -> None:
@@ -91,9 +94,11 @@ class GradientMonitor:
             weights=self.config.weight_statistics,
             buckets=self.config.histogram_buckets if histograms else None,
             history=self.config.summary_history,
+            updates=self.config.update_statistics,
         )
         spec = self.clip_rule.state_spec() if self.clip_rule else None
-        self.state = MonitorState(make_variable, self.layout, spec)
+        signals = self.signals.state_spec()
+        self.state = MonitorState(make_variable, self.layout, spec, signals)
         self.use_scope(None)
         self.built = True
 
@@ -107,52 +112,6 @@ class GradientMonitor:
     # Each step reads the state from `store` (the state's variables unless
     # given: JAX's `stateless_apply` passes a `ValueStore`), computes new
     # values with pure functions and writes them back.
-
-    def clip(
-        self,
-        grads: Sequence[Any],
-        indices: Sequence[int],
-        store: Any = None,
-        weights: Mapping[int, Any] | None = None,
-    ) -> ClipOutcome | None:
-        """Clips `grads` as configured (every step) and tells whether every
-        element is finite. None when neither clipping nor `skip_nonfinite`
-        is configured: then nothing is computed for it. `weights`: the
-        variables' values by row, where they are not the variables' own."""
-        if self.clip_rule is None and not self.config.skip_nonfinite:
-            return None
-        rows = [k for k, g in enumerate(grads) if g is not None]
-        given = [as_gradient(grads[k]) for k in rows]  # IndexedSlices kept
-        norm = global_norm_of(given)
-        pre_norm = ops.cast(norm.exact, "float32")
-        out = list(grads)
-        if self.clip_rule is None:
-            return ClipOutcome(out, pre_norm, pre_norm, norm.finite)
-        store = store or VariableStore(self.state)
-        values = store.read()
-        by_row = self._weights(weights, force=True)
-        result = self.clip_rule.clip(
-            given,
-            [by_row[indices[k]] for k in rows],
-            norm,
-            {name: values[f"clip_{name}"] for name in self.state.clip},
-        )
-        new = {f"clip_{name}": value for name, value in result.state.items()}
-        clipped = ops.cast(result.post_norm < pre_norm, "int32")
-        counts = values["clip_counts"]
-        step_counts = ops.cast(ops.stack([1, clipped]), counts.dtype)
-        new["clip_counts"] = counts + step_counts
-        store.write(new)
-        for k, g in zip(rows, result.grads):
-            out[k] = g
-        return ClipOutcome(out, pre_norm, result.post_norm, norm.finite)
-
-    def count_skipped(self, applied: Any, store: Any = None) -> None:
-        """Counts a step that will not be applied (`applied` false)."""
-        store = store or VariableStore(self.state)
-        skipped = store.read()["skipped_steps"]
-        missed = ops.cast(ops.logical_not(applied), skipped.dtype)
-        store.write({"skipped_steps": skipped + missed})
 
     def measure(
         self,
@@ -215,15 +174,39 @@ class GradientMonitor:
         counted first, so they show it too)."""
         store = store or VariableStore(self.state)
         outcome = self.clip(grads, indices, store, weights)
-        verdict: Any = True
-        if outcome is not None and self.config.skip_nonfinite:
-            verdict = outcome.finite
-            self.count_skipped(verdict, store)
+        verdict, _ = self.decide(step, outcome, store)
         due = self.measure(
             step, grads, indices, clip=outcome, store=store, weights=weights
         )
         handed_on = list(grads) if outcome is None else outcome.grads
         return Processed(handed_on, verdict, due)
+
+    def measure_updates(
+        self,
+        due: Due,
+        old: Mapping[int, Any],
+        new: Mapping[int, Any],
+        store: Any = None,
+    ) -> None:
+        """Records the update/weight ratios of this step's update into the
+        summary `measure` recorded (where `due.scalars` holds).
+
+        Args:
+            due: What `measure` returned for this step.
+            old: The weights before the update, by row (on TensorFlow, the
+                copies `graph.copies_if(due.scalars, ...)` made).
+            new: The weights after it, by row.
+            store: As for `measure`.
+        """
+        if not self.layout.updates or due.scalars is False:
+            return
+        members = list(self.group_members.values())
+
+        def record(values: dict) -> dict:
+            ratios = update_ratios(old, new, len(self.variables), members)
+            return self.state.record_updates(values, ratios)
+
+        backend.update_if(due.scalars, record, store or VariableStore(self.state))
 
     def _weights(
         self, given: Mapping[int, Any] | None, force: bool = False
@@ -239,8 +222,10 @@ class GradientMonitor:
     def _statistics(self, inputs: Inputs, values: dict) -> dict:
         """`values` with this step's scalar statistics pushed."""
         values = dict(values)
+        signals, values = self.signals.totals(values)
         totals = dict(
             **clip_totals(inputs.clip, values, self.clip_rule is not None),
+            **signals,
             skipped_steps=ops.cast(values["skipped_steps"], "float32"),
             loss_scale=_NAN if inputs.loss_scale is None else inputs.loss_scale,
         )

@@ -6,7 +6,7 @@ state and the report read it; nothing here imports a framework.
 Example:
 
 >>> Layout(num_variables=2, num_groups=1, weights=False).size
-30
+38
 """
 
 from __future__ import annotations
@@ -48,6 +48,14 @@ TOTALS: tuple[str, ...] = (
     "clip_fraction",  # fraction of steps clipped since the previous summary
     "skipped_steps",  # steps skipped so far (skip_nonfinite or a loss scaler)
     "loss_scale",  # a wrapped loss scaler's scale (else NaN)
+    "spike_max_norm",  # largest global norm since the previous summary
+    "spike_min_norm",  # smallest global norm since the previous summary
+    "spike_max_step",  # the step of the largest
+    "spike_skipped",  # steps skipped as spikes so far (skip_spikes)
+    "noise_batch_ratio",  # B_simple / the batch of the update
+    "noise_b_simple",  # B_simple in examples (with the batch size given)
+    "noise_grad_sq",  # EMA of the unbiased |G|^2 estimate
+    "noise_trace",  # EMA of the unbiased tr(Sigma) estimate
 )
 
 
@@ -60,7 +68,7 @@ class Layout:
 
     >>> layout = Layout(num_variables=2, num_groups=1, weights=False)
     >>> layout.offset("grad"), layout.size
-    (12, 30)
+    (20, 38)
     """
 
     num_variables: int
@@ -68,6 +76,8 @@ class Layout:
     weights: bool
     buckets: int | None = None
     history: int = 1
+    #: Whether the update/weight ratios are recorded (the `update` field).
+    updates: bool = False
 
     def scalar_fields(self) -> list[tuple[str, tuple[int, ...]]]:
         """`(field, shape)` of each scalar field, in flat-vector order."""
@@ -82,6 +92,11 @@ class Layout:
                 ("weight", (self.num_variables, width)),
                 ("ratio", (self.num_variables,)),
             ]
+        if self.updates:
+            # The update/weight ratios: each variable's, each group's, the
+            # global one.
+            size = self.num_variables + self.num_groups + 1
+            fields.append(("update", (size,)))
         return fields
 
     def offset(self, field: str) -> int:

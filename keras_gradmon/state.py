@@ -57,10 +57,16 @@ class MonitorState:
             optimizer.
         layout: The shapes.
         clip_spec: The clipping rule's `state_spec()`, or None.
+        signal_spec: The in-step signals' `state_spec()`
+            (`keras_gradmon.signals.step.StepSignals`), or None.
     """
 
     def __init__(
-        self, make_variable: VariableFactory, layout: Layout, clip_spec: dict | None
+        self,
+        make_variable: VariableFactory,
+        layout: Layout,
+        clip_spec: dict | None,
+        signal_spec: dict | None = None,
     ) -> None:
         self.layout = layout
         #: Maps the state variables to their live values, where a framework
@@ -77,6 +83,10 @@ class MonitorState:
         self.clip = {
             name: make_variable(f"clip_{name}", shape, dtype, initial)
             for name, (shape, dtype, initial) in (clip_spec or {}).items()
+        }
+        self.signals = {
+            name: make_variable(name, shape, dtype, initial)
+            for name, (shape, dtype, initial) in (signal_spec or {}).items()
         }
         self.histograms: Ring | None = None
         if layout.buckets is not None:
@@ -97,6 +107,7 @@ class MonitorState:
         found = dict(self.scalars.variables)
         found.update(skipped_steps=self.skipped, clip_counts=self.clip_counts)
         found.update({f"clip_{name}": v for name, v in self.clip.items()})
+        found.update(self.signals)
         if self.histograms is not None:
             found.update(self.histograms.variables)
         return found
@@ -112,11 +123,19 @@ class MonitorState:
         """`values` with a summary step's numbers pushed: each field (by
         name) at its place in the flat row."""
         parts = []
-        for name, _ in self.layout.scalar_fields():
+        for name, shape in self.layout.scalar_fields():
+            if name == "update":  # measured after the update (`record_updates`)
+                parts.append(ops.full(shape, float("nan")))
+                continue
             value = getattr(measurement, name)
             value = value.stack() if name == "totals" else value
             parts.append(ops.reshape(ops.cast(value, "float32"), [-1]))
         return self.scalars.push(values, step, [ops.concatenate(parts, 0)])
+
+    def record_updates(self, values: dict, ratios: Any) -> dict:
+        """`values` with the update/weight `ratios` written into the
+        latest summary's row (recorded earlier in the same step)."""
+        return self.scalars.amend(values, self.layout.offset("update"), ratios)
 
     def record_histograms(
         self, values: dict, step: Any, hist: HistogramMeasurement

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 
 #: `(tag statistic, tag subject, TOTALS field)` of the step-wide scalars, and
-#: when each is written: "always", "clip", "skip", "loss_scale", "weights".
+#: when each is written (a key of `_wanted`).
 _TOTAL_TAGS = (
     ("grad_norm", GLOBAL, "grad_norm", "always"),
     ("grad_nonfinite", GLOBAL, "grad_nonfinite", "always"),
@@ -52,6 +52,14 @@ _TOTAL_TAGS = (
     ("skipped", "steps", "skipped_steps", "skip"),
     ("loss_scale", "scale", "loss_scale", "loss_scale"),
     ("weight_norm", GLOBAL, "weight_norm", "weights"),
+    ("spikes", "max_norm", "spike_max_norm", "spikes"),
+    ("spikes", "min_norm", "spike_min_norm", "spikes"),
+    ("spikes", "max_step", "spike_max_step", "spikes"),
+    ("skipped", "spikes", "spike_skipped", "skip_spikes"),
+    ("noise_scale", "batch_ratio", "noise_batch_ratio", "noise"),
+    ("noise_scale", "b_simple", "noise_b_simple", "noise_examples"),
+    ("noise_scale", "grad_sq", "noise_grad_sq", "noise"),
+    ("noise_scale", "trace", "noise_trace", "noise"),
 )
 
 
@@ -96,12 +104,18 @@ class HistogramTag:
 
 
 def _wanted(when: str, config: MonitorConfig, layout: Layout, loss_scaled: bool):
+    skip_spikes = bool(config.skip_spikes)
+    noise = config.noise_scale
     return {
         "always": True,
         "clip": config.clip_rule is not None,
-        "skip": config.skip_nonfinite or loss_scaled,
+        "skip": config.skip_nonfinite or loss_scaled or skip_spikes,
         "loss_scale": loss_scaled,
         "weights": layout.weights,
+        "spikes": config.track_spikes,
+        "skip_spikes": skip_spikes,
+        "noise": bool(noise),
+        "noise_examples": isinstance(noise, dict) and bool(noise.get("batch_size")),
     }[when]
 
 
@@ -166,6 +180,8 @@ class TagTable:
             if layout.weights:
                 index = start + 2 * i + 1
                 entries.append(ScalarTag(tag("weight_norm", group, scope), index))
+        if layout.updates:
+            entries += _update_tags(config, paths, groups, layout, scope)
         if config.per_variable:
             entries += _variable_tags(config, paths, layout, scope)
         histograms = []
@@ -249,3 +265,24 @@ def _variable_tags(
         name = tag("grad_to_weight", path, scope)
         entries.append(ScalarTag(name, ratio + row, row, True, optional=True))
     return entries
+
+
+def _update_tags(
+    config: MonitorConfig,
+    paths: Sequence[str],
+    groups: Sequence[str],
+    layout: Layout,
+    scope: str | None,
+) -> list[ScalarTag]:
+    """`update_ratio/<subject>`: global, each group, each variable (those
+    only with `per_variable`); left out where not finite (a weight norm of
+    0, or no gradient)."""
+    start, count = layout.offset("update"), len(paths)
+    places = [(GLOBAL, start + count + len(groups), -1)]
+    places += [(group, start + count + i, -1) for i, group in enumerate(groups)]
+    if config.per_variable:
+        places += [(path, start + row, row) for row, path in enumerate(paths)]
+    return [
+        ScalarTag(tag("update_ratio", subject, scope), index, row, row >= 0, True)
+        for subject, index, row in places
+    ]

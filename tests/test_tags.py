@@ -45,7 +45,11 @@ def test_every_value_comes_from_its_field():
 
 def test_scoped_and_reduced_tables():
     optimizer = _trained(
-        name="critic", statistics=("norm",), weight_statistics=False, per_variable=True
+        name="critic",
+        statistics=("norm",),
+        weight_statistics=False,
+        update_statistics=False,
+        per_variable=True,
     )
     snapshot = optimizer.snapshot()
     values = optimizer.monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)

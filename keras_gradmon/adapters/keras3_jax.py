@@ -34,19 +34,23 @@ def stateless_apply(
     trainable_variables = list(trainable_variables)
     grads = [g if g is None else ops.convert_to_tensor(g) for g in grads]
     of = _values_of(inner.variables, inner_values)
-    grads, verdict = _monitored(wrapper, grads, trainable_variables, store, of)
+    grads, verdict, due = _monitored(wrapper, grads, trainable_variables, store, of)
     new_trainable, new_inner = _inner_apply(
         inner, verdict, inner_values, grads, trainable_variables
     )
+    rows = [k for k, g in enumerate(grads) if g is not None]
+    before = {k: trainable_variables[k] for k in rows}
+    after = {k: new_trainable[k] for k in rows}
+    wrapper.monitor.measure_updates(due, before, after, store)
     new_own = [v if n is None else store.values[n] for n, v in zip(names, own)]
     return list(new_trainable), list(new_inner) + new_own
 
 
 def _monitored(
     wrapper: Any, grads: list, weights: list, store: ValueStore, of: Callable
-) -> tuple[list, Any]:
-    """`(gradients for the inner optimizer, whether to apply them)`, the
-    state in `store` updated (see `keras3_tf._monitored`)."""
+) -> tuple[list, Any, Any]:
+    """`(gradients for the inner optimizer, whether to apply them, what was
+    recorded)`, the state in `store` updated (see `keras3_tf._monitored`)."""
     inner, monitor = wrapper.inner_optimizer, wrapper.monitor
     indices = [k for k, g in enumerate(grads) if g is not None]
     present = [grads[k] for k in indices]
@@ -58,15 +62,15 @@ def _monitored(
     if not loss_scale.is_loss_scaler(inner):
         done = monitor.process(step, measured, indices, store, by_row)
         clipped = handed_on(monitor, present, done.grads, scale)
-        return _placed(grads, indices, clipped), done.apply
+        return _placed(grads, indices, clipped), done.apply, done.due
     outcome = monitor.clip(measured, indices, store, by_row)
     clipped = handed_on(monitor, present, outcome and outcome.grads, scale)
-    verdict = loss_scale.will_apply(inner, clipped)
-    monitor.count_skipped(verdict, store)
-    monitor.measure(
-        step, measured, indices, outcome, verdict, scale, store=store, weights=by_row
+    scaler = loss_scale.will_apply(inner, clipped)
+    applied, gate = monitor.decide(step, outcome, store, scaler)
+    due = monitor.measure(
+        step, measured, indices, outcome, applied, scale, store=store, weights=by_row
     )
-    return _placed(grads, indices, clipped), True
+    return _placed(grads, indices, clipped), gate, due
 
 
 def _inner_apply(

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from keras_gradmon import loss_scale
 from keras_gradmon.adapters.keras3 import handed_on
+from keras_gradmon.adapters.updates import record_updates, weights_before
 from keras_gradmon.backend.tensorflow import distribute
 from keras_gradmon.backend.tensorflow.graph import exact_copies, in_xla_context
 
@@ -20,18 +21,23 @@ def apply(wrapper: Any, grads: list, variables: list) -> None:
     `GradientMonitorOptimizer`)."""
     indices = [wrapper._get_variable_index(v) for v in variables]
     summed = distribute.all_reduce_sum(grads)
+    monitor = wrapper.monitor
     with keras.name_scope(wrapper.name, caller=wrapper):
-        handed_on, verdict = _monitored(wrapper, summed, indices)
+        handed_on, verdict, due = _monitored(wrapper, summed, indices)
+        before = weights_before(monitor, due, variables, indices)
     inner = wrapper.inner_optimizer
     with distribute.keras_reduction_disabled(inner):
         if verdict is True:
             inner.apply(handed_on, variables)
         else:
             distribute.apply_if(verdict, inner.apply, (handed_on, variables))
+    with keras.name_scope(wrapper.name, caller=wrapper):
+        record_updates(monitor, due, before, variables, indices)
 
 
-def _monitored(wrapper: Any, summed: list, indices: list) -> tuple[list, Any]:
-    """`(gradients for the inner optimizer, whether to apply them)`.
+def _monitored(wrapper: Any, summed: list, indices: list) -> tuple[list, Any, Any]:
+    """`(gradients for the inner optimizer, whether to apply them, what was
+    recorded)`.
 
     The statistics are of the unscaled gradients when the inner
     optimizer scales the loss; a `LossScaleOptimizer` inside decides the
@@ -40,17 +46,17 @@ def _monitored(wrapper: Any, summed: list, indices: list) -> tuple[list, Any]:
     inner, monitor = wrapper.inner_optimizer, wrapper.monitor
     scale = loss_scale.current_scale(inner)
     measured = loss_scale.unscale(_readable(wrapper, summed), scale)
+    step = wrapper.iterations
     if not loss_scale.is_loss_scaler(inner):
-        done = monitor.process(wrapper.iterations, measured, indices)
-        return handed_on(wrapper.monitor, summed, done.grads, scale), done.apply
+        done = monitor.process(step, measured, indices)
+        given = handed_on(wrapper.monitor, summed, done.grads, scale)
+        return given, done.apply, done.due
     outcome = monitor.clip(measured, indices)
     given = handed_on(wrapper.monitor, summed, outcome and outcome.grads, scale)
-    verdict = loss_scale.will_apply(inner, given)
-    monitor.count_skipped(verdict)
-    monitor.measure(
-        wrapper.iterations, measured, indices, outcome, verdict, loss_scale=scale
-    )
-    return given, True
+    scaler = loss_scale.will_apply(inner, given)
+    applied, gate = monitor.decide(step, outcome, scaler=scaler)
+    due = monitor.measure(step, measured, indices, outcome, applied, loss_scale=scale)
+    return given, gate, due
 
 
 def _readable(wrapper: Any, grads: list) -> list:

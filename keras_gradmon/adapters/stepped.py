@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -19,6 +19,7 @@ from keras_gradmon.adapters.base import (
     resolve_config,
 )
 from keras_gradmon.adapters.graph_writer import write_recorded
+from keras_gradmon.adapters.updates import record_updates, weights_before
 from keras_gradmon.backend.tensorflow import distribute
 from keras_gradmon.config import MonitorConfig
 from keras_gradmon.measurement import Due, Processed
@@ -133,19 +134,41 @@ class StepAdapter(MonitoredOptimizer):
         raise NotImplementedError
 
     def _process(self, step: tf.Tensor, grads: list, indices: list[int]) -> Processed:
-        """`monitor.process`, then the in-graph write of what it recorded;
-        neither in a trace under `measuring(False)` when the monitor has
-        nothing to do on a step that is not due."""
+        """`monitor.process`; not in a trace under `measuring(False)` when
+        the monitor has nothing to do on a step that is not due."""
         monitor = self.monitor
-        if not _MEASURING.get() and not (
-            monitor.clip_rule is not None or monitor.config.skip_nonfinite
-        ):
+        if not _MEASURING.get() and not monitor.works_every_step:
             return Processed(list(grads), True, Due(False, False))
         with tf.name_scope(self.name):
-            done = monitor.process(step, grads, indices)
+            return monitor.process(step, grads, indices)
+
+    def _applied(
+        self,
+        step: tf.Tensor,
+        done: Processed,
+        grads: list,
+        variables: list,
+        indices: list[int],
+        apply: Callable[[], Any],
+    ) -> Any:
+        """`apply()` (the inner optimizer's update), the update/weight
+        ratios measured around it (inside a `tf.function` or eagerly: a
+        TF1 graph orders nothing after it), then the in-graph write of what
+        the step recorded. Returns what `apply()` returns."""
+        monitor, before = self.monitor, None
+        # The step's value now: the update may advance it (a cast to its own
+        # dtype returns the variable itself).
+        step = tf.convert_to_tensor(step)
+        ordered = tf.inside_function() or tf.executing_eagerly()
+        if ordered:
+            with tf.name_scope(self.name):
+                before = weights_before(monitor, done.due, variables, indices)
+        result = apply()
+        with tf.name_scope(self.name):
+            record_updates(monitor, done.due, before, variables, indices)
             present = present_rows(grads, indices)
             write_recorded(monitor, step, done.due, present, self.name)
-        return done
+        return result
 
     def step_variable(self) -> Any:
         """The variable whose value is the step the next `apply_gradients`

@@ -157,10 +157,13 @@ class TfKerasGradientMonitorOptimizer(ConfigFromInner, StepAdapter, _CLASSIC_BAS
             pairs = list(zip(grads, variables))
             return self.inner_optimizer.apply_gradients(pairs, name=name, **kwargs)
 
-        if done.apply is True:
-            return apply(done.grads)
-        distribute.apply_if(done.apply, apply, (done.grads,))
-        return self.iterations
+        def gated() -> Any:
+            if done.apply is True:
+                return apply(done.grads)
+            distribute.apply_if(done.apply, apply, (done.grads,))
+            return self.iterations
+
+        return self._applied(step, done, grads, variables, indices, gated)
 
     # Delegation to the inner optimizer -----------------------------------------
 

@@ -117,12 +117,12 @@ class V1GradientMonitorOptimizer(StepAdapter, _V1_BASE):
             updates = list(zip(done.grads, variables))
             return self.inner_optimizer.apply_gradients(updates, global_step, name)
 
-        if done.apply is True:
-            result = apply()
-        else:
-            result = tf.cond(
-                done.apply, lambda: _ran(apply), lambda: tf.constant(False)
-            )
+        def gated() -> Any:
+            if done.apply is True:
+                return apply()
+            return tf.cond(done.apply, lambda: _ran(apply), lambda: tf.constant(False))
+
+        result = self._applied(step, done, grads, variables, indices, gated)
         if self._counter is None:
             return result
         with tf.control_dependencies([] if result is None else [result]):

@@ -122,3 +122,37 @@ def exact_copies(grads: list[Any], zero: tf.Tensor) -> list[Any]:
             flipped = tf.bitwise.bitwise_xor(tf.bitcast(g, bits), tf.cast(zero, bits))
             copies.append(tf.bitcast(flipped, g.dtype))
     return copies
+
+
+def values_if(pred: tf.Tensor, variables: list[Any]) -> list[tf.Tensor]:
+    """The values of `variables` where `pred` holds, held past later
+    updates of the variables (an update then copies the buffer first, as
+    TensorFlow does for a value still in use); else empty tensors: no
+    weight-sized buffer is held on a step where `pred` is false. Under XLA,
+    whose conditionals need one static shape, zeros of the variables'
+    shapes (written, not copied, on those steps).
+
+    Example:
+
+    >>> v = tf.Variable([1.0, 2.0])
+    >>> [x.shape.as_list() for x in values_if(tf.constant(False), [v])]
+    [[0]]
+    """
+
+    def held() -> list[tf.Tensor]:
+        return [tf.identity(tf.convert_to_tensor(v)) for v in variables]
+
+    def empty() -> list[tf.Tensor]:
+        if in_xla_context():
+            return [tf.zeros(v.shape, _dtype(v)) for v in variables]
+        return [tf.zeros([0] * _rank(v), _dtype(v)) for v in variables]
+
+    return tf.cond(pred, held, empty)
+
+
+def _rank(variable: Any) -> int:
+    return len(variable.shape)
+
+
+def _dtype(variable: Any) -> tf.DType:
+    return tf.as_dtype(getattr(variable.dtype, "name", variable.dtype))

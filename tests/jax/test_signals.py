@@ -1,0 +1,6 @@
+"""The in-step signals on JAX: the same tests as on TensorFlow (update/
+weight ratio against NumPy SGD, Adam and AdamW steps; spikes between
+summaries; skipped spikes bit for bit against an unwrapped run)."""
+
+from tests.test_spikes import *  # noqa: F403
+from tests.test_update_ratio import *  # noqa: F403
