@@ -11,6 +11,7 @@ from keras_gradmon.config_checks import (
     _fail,
     _is_positive_int,
     check_clipping,
+    check_noise_scale,
     check_skip_spikes,
     check_statistics,
     check_tag_scope,
@@ -143,6 +144,7 @@ class MonitorConfig:
 
     def _validate_signals(self) -> None:
         object.__setattr__(self, "skip_spikes", check_skip_spikes(self.skip_spikes))
+        object.__setattr__(self, "noise_scale", check_noise_scale(self.noise_scale))
 
     @property
     def clip_rule(self) -> Any:

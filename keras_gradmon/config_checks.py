@@ -97,3 +97,20 @@ def check_skip_spikes(value: Any) -> Any:
 
     SpikeSkipper.from_option(value)
     return dict(value) if isinstance(value, Mapping) else value
+
+
+def check_noise_scale(value: Any) -> Any:
+    """The `noise_scale` option (a mapping copied to a dict), refused with
+    the option named when invalid.
+
+    Example:
+
+    >>> check_noise_scale({"batch_size": 32})
+    {'batch_size': 32}
+    """
+    if value is False:
+        return value  # (without importing Keras: the report reads configs)
+    from keras_gradmon.signals.noise_scale import from_option
+
+    from_option(value)
+    return dict(value) if isinstance(value, Mapping) else value

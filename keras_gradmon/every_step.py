@@ -87,9 +87,11 @@ class EveryStep:
         outcome: ClipOutcome | None,
         store: Any = None,
         scaler: Any = None,
+        parts: Any = None,
     ) -> tuple[Any, Any]:
         """Whether this step is applied, after the every-step signals took
-        its norm in; the skip counted.
+        its norm (and its gradient's `parts`, for the noise scale: a
+        `signals.parts.Replicas` or `MicroBatches`) in; the skip counted.
 
         Returns:
             `(applied, gate)`: `applied` says whether the update happens
@@ -104,7 +106,7 @@ class EveryStep:
             gate = outcome.finite
         if outcome is not None and self.signals.needs_norm:
             values = store.read()
-            spike, new = self.signals.observe(values, outcome.pre_norm, step)
+            spike, new = self.signals.observe(values, outcome, step, parts)
             store.write(new)
             if spike is not False:
                 gate = ops.logical_and(gate, ops.logical_not(spike))

@@ -166,15 +166,17 @@ class GradientMonitor(EveryStep):
         indices: Sequence[int],
         store: Any = None,
         weights: Mapping[int, Any] | None = None,
+        parts: Any = None,
     ) -> Processed:
         """`clip`, then decide the skip (with `skip_nonfinite`: where not
         finite), then `measure`: the whole in-step work for an inner optimizer
         that applies every step it is given. A skipped step is measured too:
         its statistics show the NaN/Inf that caused the skip (the skip is
-        counted first, so they show it too)."""
+        counted first, so they show it too). `parts`: how the gradient
+        splits, for the noise scale (see `decide`)."""
         store = store or VariableStore(self.state)
         outcome = self.clip(grads, indices, store, weights)
-        verdict, _ = self.decide(step, outcome, store)
+        verdict, _ = self.decide(step, outcome, store, parts=parts)
         due = self.measure(
             step, grads, indices, clip=outcome, store=store, weights=weights
         )

@@ -16,6 +16,7 @@ from typing import Any
 from keras import ops
 
 from keras_gradmon import backend, loss_scale
+from keras_gradmon.adapters import noise_parts
 from keras_gradmon.adapters.keras3 import handed_on
 from keras_gradmon.state import ValueStore
 
@@ -55,18 +56,20 @@ def _monitored(
     indices = [k for k, g in enumerate(grads) if g is not None]
     present = [grads[k] for k in indices]
     by_row = dict(enumerate(weights))
-    step = of(inner.iterations)
+    step = _step(inner, of)
     scale = loss_scale.current_scale(inner, of)
     readable = present if monitor.clip_rule else backend.barrier(present, 0)
     measured = loss_scale.unscale(readable, scale)
+    built = [wrapper._trainable_variables[k] for k in indices]
+    parts = noise_parts.micro_batches(wrapper, built, of)
     if not loss_scale.is_loss_scaler(inner):
-        done = monitor.process(step, measured, indices, store, by_row)
+        done = monitor.process(step, measured, indices, store, by_row, parts)
         clipped = handed_on(monitor, present, done.grads, scale)
         return _placed(grads, indices, clipped), done.apply, done.due
     outcome = monitor.clip(measured, indices, store, by_row)
     clipped = handed_on(monitor, present, outcome and outcome.grads, scale)
     scaler = loss_scale.will_apply(inner, clipped)
-    applied, gate = monitor.decide(step, outcome, store, scaler)
+    applied, gate = monitor.decide(step, outcome, store, scaler, parts)
     due = monitor.measure(
         step, measured, indices, outcome, applied, scale, store=store, weights=by_row
     )
@@ -131,6 +134,15 @@ def _state_names(wrapper: Any) -> list[str | None]:
     for its base class's: its unused iteration count and learning rate)."""
     names = {id(v): n for n, v in wrapper.monitor.state.variables.items()}
     return [names.get(id(v)) for v in wrapper._variables]
+
+
+def _step(inner: Any, of: Callable) -> Any:
+    """The inner optimizer's step (`iterations`): its update count, which
+    under gradient accumulation is the micro-step count divided by k."""
+    accumulation = getattr(inner, "gradient_accumulation_steps", None)
+    if not accumulation:
+        return of(inner.iterations)
+    return ops.floor_divide(of(inner._iterations), accumulation)
 
 
 def _values_of(variables: list, values: list) -> Callable[[Any], Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from keras_gradmon.adapters import noise_parts
 from keras_gradmon.adapters.base import (
     MonitoredOptimizer,
     check_not_monitored,
@@ -133,14 +134,25 @@ class StepAdapter(MonitoredOptimizer):
     def _accepts(self, optimizer: Any) -> bool:
         raise NotImplementedError
 
-    def _process(self, step: tf.Tensor, grads: list, indices: list[int]) -> Processed:
-        """`monitor.process`; not in a trace under `measuring(False)` when
-        the monitor has nothing to do on a step that is not due."""
+    def _process(
+        self, step: tf.Tensor, grads: list, indices: list[int], parts: Any = None
+    ) -> Processed:
+        """`monitor.process` (`parts`: the noise scale's, see
+        `_replicas`); not in a trace under `measuring(False)` when the
+        monitor has nothing to do on a step that is not due."""
         monitor = self.monitor
         if not _MEASURING.get() and not monitor.works_every_step:
             return Processed(list(grads), True, Due(False, False))
         with tf.name_scope(self.name):
-            return monitor.process(step, grads, indices)
+            return monitor.process(step, grads, indices, parts=parts)
+
+    def _replicas(self, grads: list) -> Any:
+        """The replicas' parts of this replica's `grads` for the noise
+        scale, before they are summed; None when off or on one replica."""
+        count = distribute.replicas_in_sync()
+        if self.monitor.signals.noise is None or count < 2:
+            return None
+        return noise_parts.replicas(grads, count, None)
 
     def _applied(
         self,

@@ -145,12 +145,14 @@ class TfKerasGradientMonitorOptimizer(ConfigFromInner, StepAdapter, _CLASSIC_BAS
             kwargs.pop("experimental_aggregate_gradients", True)
         )
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
+        parts = None
         if not aggregated:
+            parts = self._replicas(grads)
             grads = distribute.all_reduce_sum(grads)
         self.build(variables)
         indices = [self._row(v) for v in variables]
         step = tf.cast(self.iterations if self._step is None else self._step, tf.int64)
-        done = self._process(step, grads, indices)
+        done = self._process(step, grads, indices, parts)
         kwargs["experimental_aggregate_gradients"] = False
 
         def apply(grads: list) -> Any:

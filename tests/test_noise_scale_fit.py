@@ -1,0 +1,76 @@
+"""The gradient noise scale end to end: `model.fit` on a linear regression
+whose B_simple is known in closed form, its parts the micro-batches of the
+inner optimizer's `gradient_accumulation_steps` (here, on TensorFlow and,
+imported by `tests/jax`, on JAX) or the replicas of a `MirroredStrategy`
+(`tests/noise_side.py`, in a process of its own)."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_gradmon import GradientMonitorOptimizer
+from tests.signals.linear_regression import LinearRegression, empirical_b_simple
+
+PROBLEM = LinearRegression(dim=4, noise_std=1.0, distance=1.0)
+PARTS, PART_BATCH = 4, 8
+
+
+def _totals(optimizer) -> dict[str, float]:
+    totals = optimizer.snapshot().totals
+    return {k: float(v) for k, v in totals.items() if k.startswith("noise_")}
+
+
+def check_against_closed_form(totals: dict, x: np.ndarray, y: np.ndarray) -> None:
+    """B_simple within 15% of the data set's own; the ratio to the update's
+    batch, |G|^2 and tr(Sigma) of Keras's "mse" (4 times those of 1/2 of
+    the squared error) alike."""
+    expected = empirical_b_simple(PROBLEM, x, y)
+    assert expected == pytest.approx(PROBLEM.b_simple, rel=0.1)
+    assert totals["noise_b_simple"] == pytest.approx(expected, rel=0.15)
+    ratio = expected / (PARTS * PART_BATCH)
+    assert totals["noise_batch_ratio"] == pytest.approx(ratio, rel=0.15)
+    assert totals["noise_grad_sq"] == pytest.approx(4 * PROBLEM.grad_sq, rel=0.15)
+    assert totals["noise_trace"] == pytest.approx(4 * PROBLEM.trace, rel=0.15)
+
+
+def test_noise_scale_of_micro_batches_matches_the_closed_form():
+    x, y = PROBLEM.dataset(PARTS * PART_BATCH * 1024)
+    inner = keras.optimizers.SGD(0.0, gradient_accumulation_steps=PARTS)
+    optimizer = GradientMonitorOptimizer(
+        inner,
+        every_n_steps=256,
+        histogram_every_n_steps=None,
+        noise_scale={"batch_size": PART_BATCH, "decay": 0.995},
+    )
+    model = PROBLEM.model()
+    model.compile(optimizer, "mse")
+    model.fit(x, y, batch_size=PART_BATCH, epochs=1, shuffle=False, verbose=0)
+    assert optimizer.snapshot().step == 768  # `iterations` counts updates
+    check_against_closed_form(_totals(optimizer), x, y)
+
+
+def test_noise_scale_is_nan_without_parts():
+    x, y = PROBLEM.dataset(256)
+    optimizer = GradientMonitorOptimizer(
+        keras.optimizers.SGD(0.0), every_n_steps=8, noise_scale=True
+    )
+    model = PROBLEM.model()
+    model.compile(optimizer, "mse")
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert all(np.isnan(v) for v in _totals(optimizer).values())
+
+
+@pytest.mark.parametrize("kind", ["keras", "tf_keras"])
+def test_noise_scale_of_replicas_matches_the_closed_form(kind):
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("replicas are tf.distribute's")
+    from tests.jax.processes import run_python
+
+    out = run_python(["-m", "tests.noise_side", kind], backend="tensorflow")
+    totals = json.loads(out.strip().splitlines()[-1])
+    x, y = PROBLEM.dataset(PARTS * PART_BATCH * 1024)
+    check_against_closed_form(totals, x, y)
