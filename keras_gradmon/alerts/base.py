@@ -147,7 +147,10 @@ class Rule(abc.ABC):
         context: str = "",
         details: Mapping[str, object] | None = None,
         comparison: str | None = None,
+        measured: str | None = None,
     ) -> Alert:
+        # `measured`: the tag the value comes from when it is not the routed
+        # metric itself (e.g. "clip/fraction" of the metric "clip").
         return Alert(
             rule=self.name,
             tier=tier,
@@ -157,7 +160,7 @@ class Rule(abc.ABC):
             subject=subject,
             hint=self.hint,
             details=details or {},
-            metric=self.metric,
+            metric=measured or self.metric,
             comparison=comparison or self.comparison,
             context=context,
         )
