@@ -18,6 +18,19 @@ CLIP_FRACTION_HINT = (
 )
 
 
+def steps_covered(step: int, previous: int | None) -> int:
+    """How many steps the `clip/fraction` of the summary at `step` covers:
+    those since the summary at `previous`, or steps 0 to `step` for the
+    first summary (at least 1).
+
+    Example:
+
+    >>> steps_covered(0, None), steps_covered(300, 200)
+    (1, 100)
+    """
+    return max(step + 1 if previous is None else step - previous, 1)
+
+
 class ClipFractionRule(Rule):
     """Warns when more than `fraction` of the last `window` steps were clipped.
 
@@ -91,9 +104,9 @@ class ClipFractionRule(Rule):
         value = values.get(FRACTION)
         if value is None:
             return []
-        steps = step + 1 if self._previous is None else step - self._previous
+        steps = steps_covered(step, self._previous)
         self._previous = step
-        self._summaries.append((max(steps, 1), min(max(value, 0.0), 1.0)))
+        self._summaries.append((steps, min(max(value, 0.0), 1.0)))
         total = sum(s for s, _ in self._summaries)
         while total - self._summaries[0][0] >= self.window:
             total -= self._summaries.popleft()[0]  # all older than the window
@@ -117,6 +130,4 @@ class ClipFractionRule(Rule):
         ]
 
     def __repr__(self) -> str:
-        return (
-            f"ClipFractionRule(window={self.window!r}, fraction={self.fraction!r})"
-        )
+        return f"ClipFractionRule(window={self.window!r}, fraction={self.fraction!r})"
