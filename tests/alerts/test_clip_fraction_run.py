@@ -10,8 +10,11 @@ from tests.helpers import LOSS, data, mlp
 from tests.reference import load_events, scalar_series
 
 
-@pytest.mark.parametrize("max_norm, fired", [(1e-3, [40]), (1e6, [])])
-def test_a_run_clipped_at_every_step_warns_once(tmp_path, max_norm, fired):
+@pytest.mark.parametrize(
+    "max_norm, scope, fired",
+    [(1e-3, None, [40]), (1e-3, "actor", [40]), (1e6, None, [])],
+)
+def test_a_run_clipped_at_every_step_warns_once(tmp_path, max_norm, scope, fired):
     x, y = data()
     model = mlp()
     model.compile(
@@ -20,6 +23,7 @@ def test_a_run_clipped_at_every_step_warns_once(tmp_path, max_norm, fired):
             clipping={"method": "global_norm", "max_norm": max_norm},
             every_n_steps=5,
             histogram_every_n_steps=None,
+            tag_scope=scope,
         ),
         LOSS,
     )
@@ -30,7 +34,8 @@ def test_a_run_clipped_at_every_step_warns_once(tmp_path, max_norm, fired):
     # Summaries at steps 0, 5, ..., 60 cover 1, 5, 5, ... steps: the window
     # of 40 steps is whole at step 40, and the episode is said once.
     assert [a.step for a in alerts] == fired
-    flags = scalar_series(load_events(str(tmp_path)), "alerts/clip_fraction")
+    flag = f"alerts/{scope}/clip_fraction" if scope else "alerts/clip_fraction"
+    flags = scalar_series(load_events(str(tmp_path)), flag)
     assert sorted(flags) == list(range(0, 64, 5))
     assert [s for s, v in flags.items() if v] == fired
     if fired:

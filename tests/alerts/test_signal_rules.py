@@ -67,11 +67,14 @@ def _cosine_run(total=100_000, every=100, warmup=2_000, seed=0):
         else:
             lr = 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
         noise = rng.lognormal(0.0, 0.3, size=3)
-        yield step, {
-            "global": 1e-3 * lr * noise[0],
-            "encoder": 2e-3 * lr * noise[1],
-            "head": 5e-4 * lr * noise[2],
-        }
+        yield (
+            step,
+            {
+                "global": 1e-3 * lr * noise[0],
+                "encoder": 2e-3 * lr * noise[1],
+                "head": 5e-4 * lr * noise[2],
+            },
+        )
 
 
 def test_update_ratio_defaults_are_silent_on_a_cosine_schedule_to_zero():
@@ -168,9 +171,7 @@ def test_interval_spikes_stay_quiet_before_warmup_and_on_noise():
 def test_each_skipped_spike_is_said_with_the_steps_it_lies_in():
     rule = SkippedSpikeRule()
     counts = {100: 0, 200: 0, 300: 1, 400: 1, 500: 3}
-    fired = [
-        a for step, n in counts.items() for a in rule.update(step, {"spikes": n})
-    ]
+    fired = [a for step, n in counts.items() for a in rule.update(step, {"spikes": n})]
     assert [(a.step, a.value, a.threshold, a.details["skipped"]) for a in fired] == [
         (300, 1.0, 0.0, 1),
         (500, 3.0, 1.0, 2),
