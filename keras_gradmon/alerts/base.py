@@ -75,6 +75,10 @@ class Rule(abc.ABC):
     default_metric: ClassVar[str] = GRAD_NORM
     comparison: ClassVar[str] = ">"
     keeps_nonfinite: ClassVar[bool] = False
+    #: Other metrics the `AlertEngine` adds to `values`, as subjects
+    #: "<metric>/<subject>" (e.g. "spikes/max_step" beside the "skipped"
+    #: counts), when the summary has them.
+    companions: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,

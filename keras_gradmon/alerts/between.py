@@ -85,7 +85,9 @@ class SkippedSpikeRule(Rule):
     norm was a spike (a z-score above the running mean of the last norms,
     OLMo-core's `SkipStepOptimizer`). Every increase is news: the alert
     names the summary step, the steps it covers and how many were skipped
-    there (critical never: the weights were protected).
+    there (critical never: the weights were protected). When one step was
+    skipped and `spikes/max_step` is written (`track_spikes`), the alert
+    names the step of the largest norm of those steps: the skipped spike's.
 
     Args:
         hint: Overrides the default hint.
@@ -104,8 +106,10 @@ class SkippedSpikeRule(Rule):
     default_metric = SKIPPED
     default_hint = SKIPPED_HINT
 
+    companions = (SPIKES,)
+
     def __init__(self, *, hint: str | None = None, metric: str | None = None) -> None:
-        super().__init__(subjects=r"^spikes$", hint=hint, metric=metric)
+        super().__init__(subjects=r"^spikes(/max_step)?$", hint=hint, metric=metric)
         self._count = 0.0
         self._previous: int | None = None
 
@@ -124,6 +128,9 @@ class SkippedSpikeRule(Rule):
             return []
         new = int(count - before)
         where = f"steps {since + 1} to {step}" if since is not None else "so far"
+        at = values.get(f"{SPIKES}/max_step")
+        if new == 1 and at is not None and since is not None and since < at <= step:
+            where = f"at step {int(at)}, the largest norm of {where}"
         noun = "step" if new == 1 else "steps"
         return [
             self._alert(

@@ -115,8 +115,7 @@ class UpdateRatioRule(Rule):
             self.low if below else self.high,
             comparison="<" if below else ">",
             context=(
-                f" since step {start} (healthy band {self.low:g} to "
-                f"{self.high:g})"
+                f" since step {start} (healthy band {self.low:g} to {self.high:g})"
             ),
             details={"low": self.low, "high": self.high, "since": start},
         )

@@ -186,6 +186,21 @@ def test_each_skipped_spike_is_said_with_the_steps_it_lies_in():
     assert "(2 spiking steps skipped, so far)" in first[0].message
 
 
+def test_a_skipped_spike_is_named_by_its_step_when_spikes_are_tracked():
+    engine = AlertEngine(default_rules())
+    metrics = {"grad_norm": {"global": 1.0}, "skipped": {"steps": 0.0, "spikes": 0.0}}
+    assert engine.update(99, {**metrics, "spikes": _norms(99)}) == []
+    skipped = {"steps": 1.0, "spikes": 1.0}
+    spikes = _norms(199, spike_at=137, spike=50.0)
+    (alert,) = engine.update(199, {**metrics, "skipped": skipped, "spikes": spikes})
+    assert alert.rule == "skipped_spike"  # (the interval rule is in warm-up)
+    assert "(1 spiking step skipped, at step 137, the largest norm of steps 100 " in (
+        alert.message
+    )
+    two = engine.update(299, {**metrics, "skipped": {"spikes": 3.0}, "spikes": spikes})
+    assert "(2 spiking steps skipped, steps 200 to 299)" in two[0].message
+
+
 @pytest.mark.parametrize(
     "build, name, value",
     [
