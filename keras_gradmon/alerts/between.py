@@ -35,8 +35,10 @@ class IntervalSpikeRule(SpikeRule):
     norm's spike rule). A max seen at the summary's own step is left to the
     spike rule on `grad_norm/global`, which sees it too (no double alert).
 
-    Args: those of `SpikeRule`, less `subjects`; `metric` defaults to
-        "spikes".
+    Args:
+        z_threshold, decay, warmup, min_log_std, hint: As for `SpikeRule`.
+        metric: Metric to read; default "spikes" (its subjects "max_norm"
+            and "max_step").
 
     Example:
 
@@ -50,9 +52,25 @@ class IntervalSpikeRule(SpikeRule):
 
     default_metric = SPIKES
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("subjects", r"^max_(norm|step)$")
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        z_threshold: float = 6.0,
+        decay: float = 0.98,
+        warmup: int = 20,
+        *,
+        min_log_std: float = 0.15,
+        hint: str | None = None,
+        metric: str | None = None,
+    ) -> None:
+        super().__init__(
+            z_threshold,
+            decay,
+            warmup,
+            r"^max_(norm|step)$",
+            min_log_std=min_log_std,
+            hint=hint,
+            metric=metric,
+        )
 
     def _evaluate(self, step: int, values: dict[str, float]) -> list[Alert]:
         norm, at = values.get("max_norm"), values.get("max_step")
