@@ -45,7 +45,13 @@ class Spread:
     def of(
         cls, values: np.ndarray, band: tuple[float, float] | None = None
     ) -> Spread | None:
-        """The spread of `values`, None if none is finite."""
+        """The spread of `values`, None if none is finite.
+
+        Example:
+
+        >>> Spread.of(np.array([1e-3, np.nan, 2e-3, 1e-9]), (1e-7, 1e-1)).outside
+        1
+        """
         finite = values[np.isfinite(values)]
         if not finite.size:
             return None
@@ -84,13 +90,6 @@ class Signals:
     batch_ratio: Spread | None = None
     b_simple: Spread | None = None
     clip_fraction: float | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not self.update_ratio and all(
-            getattr(self, name) is None
-            for name in ("spike", "skipped_spikes", "batch_ratio", "b_simple")
-        )
 
 
 def clip_share(steps: np.ndarray, fractions: np.ndarray) -> float | None:
@@ -132,7 +131,14 @@ def run_signals(
     band: tuple[float, float] = UPDATE_RATIO_BAND,
 ) -> Signals:
     """The signals of the optimizer with tag scope `scope` in `run`, the
-    update ratio of "global" and of each of `groups`."""
+    update ratio of "global" and of each of `groups`.
+
+    Example:
+
+    >>> run = Run("r", {"skipped/spikes": {100: 0.0, 200: 2.0}}, [], [])
+    >>> run_signals(run, None, []).skipped_spikes
+    2
+    """
     ratios = {}
     for subject in [GLOBAL, *groups]:
         spread = Spread.of(run.series(prefix("update_ratio", scope) + subject)[1], band)
@@ -183,7 +189,15 @@ def signal_groups(
     members: dict[str, list[tuple[str, Signals]]],
 ) -> list[SignalGroup]:
     """`SignalGroup`s of `{key: [(run title, signals)]}`, in key order;
-    groups without any signal are left out."""
+    groups without any signal are left out.
+
+    Example:
+
+    >>> runs = [("a_seed0", Signals({}, skipped_spikes=1)),
+    ...         ("a_seed1", Signals({}, skipped_spikes=3))]
+    >>> signal_groups({"a": runs})[0].values
+    {'skipped spikes': (2.0, 2)}
+    """
     groups = []
     for key, runs in sorted(members.items()):
         values = {}
@@ -200,7 +214,13 @@ def signal_groups(
 def group_signals(reports: list[RunReport], pattern: str) -> list[SignalGroup]:
     """The signals of the reports whose run name matches `pattern`
     (`re.search`), grouped by `--group`'s key (`rl.group_key`; a scoped
-    optimizer's reports form a group of their own, "<key> [<scope>]")."""
+    optimizer's reports form a group of their own, "<key> [<scope>]").
+
+    Example:
+
+    >>> [g.key for g in group_signals(reports, r"(.*)_seed\\d+")]  # doctest: +SKIP
+    ['adam', 'sgd [actor]']
+    """
     compiled, members = re.compile(pattern), {}
     for report in reports:
         match = compiled.search(report.run)
