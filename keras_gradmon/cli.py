@@ -36,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
             "final loss (Keras's epoch_loss or tf-agents' Losses/*), alerts "
             "in order and the layers that look unhealthy; for RL runs (rl/... "
             "tags) the return, entropy, value against return, training "
-            "intensity and throughput; with --group, the final return across "
+            "intensity and throughput; the update/weight ratio, spikes between "
+            "summaries, skipped spikes and the gradient noise scale where "
+            "written; with --group, the final return and those signals across "
             "seeds. Writes PNG plots and a self-contained HTML page into "
             "LOGDIR/report, or into --out DIR."
         ),
@@ -77,7 +79,8 @@ def _report_arguments(report: argparse.ArgumentParser) -> None:
         metavar="REGEX",
         default=None,
         help=(
-            "aggregate RL runs across seeds: runs whose name matches REGEX "
+            "aggregate runs across seeds (RL returns, and the gradient "
+            "signals): runs whose name matches REGEX "
             "(re.search) are grouped by its capture groups, or by the matched "
             "text, e.g. --group '(.*)_seed[0-9]+'"
         ),
@@ -114,18 +117,20 @@ def run_report(
     from keras_gradmon.report.events import ReportError, load_runs
     from keras_gradmon.report.render import Contents, report_text
     from keras_gradmon.report.rl import analyze_rl, group_reports
+    from keras_gradmon.report.signals import group_signals
 
     try:
         runs = load_runs(log_dir)
     except ReportError as error:
         print(f"keras-gradmon report: {error}", file=sys.stderr)
         return EXIT_ERROR
-    rl = analyze_rl(runs)
+    rl, reports = analyze_rl(runs), analyze(runs, criteria)
     contents = Contents(
-        reports=analyze(runs, criteria),
+        reports=reports,
         rl=rl,
         groups=group_reports(rl, group) if group else [],
         damaged=[damage for run in runs for damage in run.damaged],
+        signal_groups=group_signals(reports, group) if group else [],
     )
     print(report_text(log_dir, contents))
     for damage in contents.damaged:

@@ -17,6 +17,8 @@ Example:
 
 from keras_gradmon.alerts.band import BandRule
 from keras_gradmon.alerts.base import EXPLOSION_HINT, GRAD_NONFINITE, GRAD_NORM, Rule
+from keras_gradmon.alerts.between import IntervalSpikeRule, SkippedSpikeRule
+from keras_gradmon.alerts.clip_fraction import ClipFractionRule
 from keras_gradmon.alerts.defaults import default_activation_rules, default_rules
 from keras_gradmon.alerts.engine import AlertEngine
 from keras_gradmon.alerts.events import CRITICAL, TIERS, WARNING, Alert, format_number
@@ -25,6 +27,7 @@ from keras_gradmon.alerts.limiter import RateLimiter
 from keras_gradmon.alerts.nonfinite import NonFiniteRule
 from keras_gradmon.alerts.spike import SpikeRule
 from keras_gradmon.alerts.threshold import ThresholdRule
+from keras_gradmon.alerts.update_ratio import UpdateRatioRule
 from keras_gradmon.alerts.vanishing import VanishingRule
 
 __all__ = [
@@ -37,12 +40,16 @@ __all__ = [
     "Alert",
     "AlertEngine",
     "BandRule",
+    "ClipFractionRule",
     "GrowthRule",
+    "IntervalSpikeRule",
     "NonFiniteRule",
     "RateLimiter",
     "Rule",
+    "SkippedSpikeRule",
     "SpikeRule",
     "ThresholdRule",
+    "UpdateRatioRule",
     "VanishingRule",
     "default_activation_rules",
     "default_rules",

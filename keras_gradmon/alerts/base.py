@@ -75,6 +75,10 @@ class Rule(abc.ABC):
     default_metric: ClassVar[str] = GRAD_NORM
     comparison: ClassVar[str] = ">"
     keeps_nonfinite: ClassVar[bool] = False
+    #: Other metrics the `AlertEngine` adds to `values`, as subjects
+    #: "<metric>/<subject>" (e.g. "spikes/max_step" beside the "skipped"
+    #: counts), when the summary has them.
+    companions: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -147,7 +151,10 @@ class Rule(abc.ABC):
         context: str = "",
         details: Mapping[str, object] | None = None,
         comparison: str | None = None,
+        measured: str | None = None,
     ) -> Alert:
+        # `measured`: the tag the value comes from when it is not the routed
+        # metric itself (e.g. "clip/fraction" of the metric "clip").
         return Alert(
             rule=self.name,
             tier=tier,
@@ -157,7 +164,7 @@ class Rule(abc.ABC):
             subject=subject,
             hint=self.hint,
             details=details or {},
-            metric=self.metric,
+            metric=measured or self.metric,
             comparison=comparison or self.comparison,
             context=context,
         )

@@ -12,21 +12,65 @@ from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.runner import Action, AlertDelivery, AlertRunner, alerting
 from keras_gradmon.history import NO_STEP, Cursor, unpack
 from keras_gradmon.hub import GRADIENTS, Hub, Publication, chief_writes
-from keras_gradmon.tags import GLOBAL
+from keras_gradmon.tags import GLOBAL, TagTable, parse, variable_statistic
 
 if TYPE_CHECKING:
     from keras_gradmon.state import Snapshot
 
+#: The metrics `summary_metrics` builds itself, per variable too.
+_NORM_METRICS = ("grad_norm", "grad_nonfinite")
 
-def summary_metrics(snapshot: Snapshot) -> dict[str, dict[str, float]]:
+
+class TaggedMetrics:
+    """The other scalar tags of a monitor's summaries, as rule metrics:
+    `<statistic>/<subject>` (`clip/fraction`, `update_ratio/<group>`,
+    `spikes/max_norm`, `skipped/spikes`, ...) becomes
+    `metrics[statistic][subject]`. Per-variable subjects are left out: the
+    rules read global, group and step-wide values.
+
+    Example:
+
+    >>> TaggedMetrics(monitor.tags, monitor.paths).of(snapshot)  # doctest: +SKIP
+    {'clip': {'pre_norm': 2.0, 'post_norm': 1.0, 'scale': 0.5, 'fraction': 1.0}}
+    """
+
+    def __init__(self, table: TagTable, paths: tuple[str, ...] | list[str]) -> None:
+        self.table = table
+        scopes = () if table.scope is None else (table.scope,)
+        variables = set(paths)
+        self._parsed = {}
+        for scalar in table.scalars:
+            parsed = parse(scalar.tag, scopes)
+            if not (
+                parsed.statistic in _NORM_METRICS
+                or variable_statistic(parsed.statistic)
+                or parsed.subject in variables
+            ):
+                self._parsed[scalar.tag] = parsed
+
+    def of(self, snapshot: Snapshot) -> dict[str, dict[str, float]]:
+        """The metrics of one summary."""
+        values = self.table.values_of(snapshot.values, snapshot.has_grad, self._parsed)
+        metrics: dict[str, dict[str, float]] = {}
+        for name, value in values.items():
+            parsed = self._parsed[name]
+            metrics.setdefault(parsed.statistic, {})[parsed.subject] = value
+        return metrics
+
+
+def summary_metrics(
+    snapshot: Snapshot, tagged: TaggedMetrics | None = None
+) -> dict[str, dict[str, float]]:
     """The numbers the rules read, from one snapshot: `grad_norm` and
     `grad_nonfinite` of "global", each group and each variable with a
-    gradient."""
+    gradient; with `tagged`, the monitor's other scalar tags too (see
+    `TaggedMetrics`)."""
     norms = {GLOBAL: snapshot.totals["grad_norm"]}
     norms.update(zip(snapshot.groups, map(float, snapshot.group_grad_norm)))
     norms.update(snapshot.grad_stat("norm"))
     nonfinite = snapshot.grad_stat("nonfinite")
-    return {"grad_norm": norms, "grad_nonfinite": nonfinite}
+    metrics = {} if tagged is None else tagged.of(snapshot)
+    return {**metrics, "grad_norm": norms, "grad_nonfinite": nonfinite}
 
 
 class AlertChecker:
@@ -114,6 +158,15 @@ class AlertChecker:
         #: The step of the last summary the rules saw.
         self.checked_step = NO_STEP
         self._cursor: Cursor | None = None
+        self._tagged: TaggedMetrics | None = None
+
+    def _tagged_metrics(self) -> TaggedMetrics:
+        """The tag reader of the monitor's current tag table (rebuilt when
+        the table is, e.g. under a derived scope)."""
+        monitor = self.optimizer.monitor
+        if self._tagged is None or self._tagged.table is not monitor.tags:
+            self._tagged = TaggedMetrics(monitor.tags, monitor.paths)
+        return self._tagged
 
     @property
     def history(self) -> list[Alert]:
@@ -142,11 +195,12 @@ class AlertChecker:
             return []
         entries, _ = self._cursor.new(*unpack(monitor.state.capture_scalars()))
         before = len(self.engine.history)
+        tagged = self._tagged_metrics()
         for entry in entries:
             snapshot = monitor.scalar_values(entry.step, *entry.payloads)
             self.checked_step = snapshot.step
             # For the alert runner only: the numbers are the writer's to record.
-            metrics = summary_metrics(snapshot)
+            metrics = summary_metrics(snapshot, tagged)
             publication = Publication(
                 snapshot.step, GRADIENTS, metrics=metrics, origin=self, record=False
             )

@@ -5,10 +5,13 @@ from __future__ import annotations
 from keras_gradmon import _validation, defaults
 from keras_gradmon.alerts.band import BandRule
 from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.between import IntervalSpikeRule, SkippedSpikeRule
+from keras_gradmon.alerts.clip_fraction import ClipFractionRule
 from keras_gradmon.alerts.growth import GrowthRule
 from keras_gradmon.alerts.nonfinite import NonFiniteRule
 from keras_gradmon.alerts.spike import SpikeRule
 from keras_gradmon.alerts.threshold import ThresholdRule
+from keras_gradmon.alerts.update_ratio import UpdateRatioRule
 
 #: The subject filter of the default growth and spike rules.
 GLOBAL_ONLY = r"^global$"
@@ -25,14 +28,22 @@ def default_rules() -> dict[str, Rule]:
     `VanishingRule` (a legitimate norm can be tiny, or 0 for a variable the
     loss does not reach); add them with values that fit the model.
 
+    The rules of the signals a monitor writes only when asked stay silent
+    without them: spikes between summaries (`track_spikes`, the same z-score
+    as the spike rule), steps skipped as spikes (`skip_spikes`), more than
+    half of the last 1,000 steps clipped (clipping on) and an update/weight
+    ratio outside 1e-7 to 1e-1 for 1,000 steps (`update_statistics`).
+
     Returns:
-        {"nonfinite": NonFiniteRule, "growth": GrowthRule, "spike": SpikeRule},
+        {"nonfinite": NonFiniteRule, "growth": GrowthRule, "spike": SpikeRule,
+        "interval_spike": IntervalSpikeRule, "skipped_spike": SkippedSpikeRule,
+        "clip_fraction": ClipFractionRule, "update_ratio": UpdateRatioRule},
         new objects on every call so engines never share state.
 
     Example:
 
-    >>> sorted(default_rules())
-    ['growth', 'nonfinite', 'spike']
+    >>> sorted(default_rules())[:4]
+    ['clip_fraction', 'growth', 'interval_spike', 'nonfinite']
     """
     return {
         "nonfinite": NonFiniteRule(),
@@ -43,6 +54,10 @@ def default_rules() -> dict[str, Rule]:
         "spike": SpikeRule(
             z_threshold=6.0, decay=0.98, warmup=20, subjects=GLOBAL_ONLY
         ),
+        "interval_spike": IntervalSpikeRule(z_threshold=6.0, decay=0.98, warmup=20),
+        "skipped_spike": SkippedSpikeRule(),
+        "clip_fraction": ClipFractionRule(window=1000, fraction=0.5),
+        "update_ratio": UpdateRatioRule(low=1e-7, high=1e-1, steps=1000),
     }
 
 

@@ -38,6 +38,22 @@ def _named_rules(rules: Mapping[str, Rule] | Sequence[Rule]) -> dict[str, Rule]:
     return named
 
 
+def _with_companions(
+    rule: Rule,
+    values: Mapping[str, float],
+    metrics: Mapping[str, Mapping[str, float]],
+) -> Mapping[str, float]:
+    """`values`, plus each of the rule's companion metrics as subjects
+    "<metric>/<subject>"."""
+    if not rule.companions:
+        return values
+    joined = dict(values)
+    for companion in rule.companions:
+        for subject, value in metrics.get(companion, {}).items():
+            joined[f"{companion}/{subject}"] = value
+    return joined
+
+
 class AlertEngine:
     """Runs alert rules over the metrics of each fresh summary.
 
@@ -96,7 +112,7 @@ class AlertEngine:
         for name, rule in self.rules.items():
             values = metrics.get(rule.metric)
             if values is not None:
-                found = rule.update(step, values)
+                found = rule.update(step, _with_companions(rule, values, metrics))
                 if found:
                     self.fired.add(name)
                 alerts.extend(found)

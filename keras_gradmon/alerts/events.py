@@ -34,7 +34,13 @@ _TITLES = {
     "spike": "{kind} spike",
     "growth": "{kind} growth",
     "band": "{kind} out of band",
+    "clip_fraction": "clipping fraction",
+    "update_ratio": "update/weight ratio out of band",
+    "skipped_spike": "spiking step skipped",
 }
+
+# Metrics whose values are gradient norms although their name does not say so.
+_GRADIENT_METRICS = ("grad", "spikes/")
 
 # A non-finite alert may name hundreds of variables; the log line shows the
 # first few and `details` keeps them all.
@@ -117,7 +123,7 @@ class Alert:
     @property
     def title(self) -> str:
         """How the rule is named in the log line, e.g. "gradient threshold"."""
-        kind = "gradient" if self.metric.startswith("grad") else self.metric
+        kind = "gradient" if self.metric.startswith(_GRADIENT_METRICS) else self.metric
         template = _TITLES.get(self.rule, "{kind} " + self.rule)
         return template.format(kind=kind)
 

@@ -156,6 +156,7 @@ class SpikeRule(Rule):
 
     def __repr__(self) -> str:
         return (
-            f"SpikeRule(z_threshold={self.z_threshold!r}, decay={self.decay!r}, "
-            f"warmup={self.warmup!r}, subjects={self.subjects!r})"
+            f"{type(self).__name__}(z_threshold={self.z_threshold!r}, "
+            f"decay={self.decay!r}, warmup={self.warmup!r}, "
+            f"subjects={self.subjects!r})"
         )

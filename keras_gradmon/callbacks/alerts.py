@@ -39,7 +39,9 @@ class GradientAlertCallback(BatchReads, keras.callbacks.Callback):
     Args:
         rules: Rules by name (or a list); None for
             `keras_gradmon.alerts.default_rules()` (non-finite gradients,
-            10x growth within 3 summaries, spikes).
+            10x growth within 3 summaries, spikes, also between summaries,
+            skipped spikes, more than half of the last 1,000 steps clipped,
+            an update/weight ratio out of band).
         actions: `{"warning": action, "critical": action}`; "log" by default.
         optimizer: The monitored optimizer; defaults to `model.optimizer`.
         log_dir: Directory for the `alerts/<rule>` scalars, or `writer`.

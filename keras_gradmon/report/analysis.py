@@ -23,6 +23,7 @@ from keras_gradmon.report.findings import (
     subjects,
 )
 from keras_gradmon.report.losses import FinalLoss, final_loss
+from keras_gradmon.report.signals import UPDATE_RATIO_BAND, Signals, run_signals
 from keras_gradmon.rl.tags import is_rl_alert_scope
 from keras_gradmon.tags import monitor_scopes, variable_statistic
 
@@ -49,6 +50,7 @@ class HealthCriteria:
             measurement (not for layers whose outputs lie in [0, 1]).
         saturated_fraction: More than this fraction of a tanh/sigmoid
             layer's outputs saturated at the last measurement.
+        update_ratio_band: The healthy `(low, high)` of `update_ratio`.
     """
 
     explosion_factor: float = 100.0
@@ -56,6 +58,7 @@ class HealthCriteria:
     dead_fraction: float = defaults.DEAD_FRACTION
     std_band: tuple[float, float] = defaults.STD_BAND
     saturated_fraction: float = 0.5
+    update_ratio_band: tuple[float, float] = UPDATE_RATIO_BAND
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +81,9 @@ class RunReport:
     `final_loss` is `loss.value` (`loss` says where it comes from);
     `dropped_summaries` and `dropped_histograms` are the last
     `dropped/[<scope>/]summaries` and `.../histograms`: recorded summary and
-    histogram steps lost to an overflowing history buffer.
+    histogram steps lost to an overflowing history buffer. `clip_fraction`
+    is the share of steps clipped (`signals.clip_share`); `signals` holds
+    issue 21's signals (update ratio, spikes, noise scale, ...).
     """
 
     run: str
@@ -95,6 +100,7 @@ class RunReport:
     loss: FinalLoss | None = None
     dropped_summaries: int | None = None
     dropped_histograms: int | None = None
+    signals: Signals | None = None
 
     @property
     def title(self) -> str:
@@ -203,7 +209,7 @@ def analyze_run(
     groups = {"global": (steps, values)}
     for group in group_names:
         groups[group] = run.series(prefix("grad_norm", scope) + group)
-    clip = run.series(prefix("clip", scope) + "fraction")[1]
+    signals = run_signals(run, scope, group_names, criteria.update_ratio_band)
     skipped = last(run, prefix("skipped", scope) + "steps")
     nonfinite = run.series(prefix("grad_nonfinite", scope) + "global")[1]
     loss = final_loss(run)
@@ -211,7 +217,7 @@ def analyze_run(
         run=run.name,
         scope=scope,
         norm=_norm_summary(steps, values) if steps.size else None,
-        clip_fraction=float(np.nanmean(clip)) if clip.size else None,
+        clip_fraction=signals.clip_fraction,
         skipped_steps=int(skipped[1]) if skipped else None,
         nonfinite_summaries=int(np.sum(np.nan_to_num(nonfinite, nan=1.0) > 0)),
         final_loss=loss.value if loss else None,
@@ -223,6 +229,7 @@ def analyze_run(
         loss=loss,
         dropped_summaries=dropped(run, SUMMARIES).get(scope),
         dropped_histograms=dropped(run, HISTOGRAMS).get(scope),
+        signals=signals,
     )
 
 

@@ -25,6 +25,10 @@ from keras_gradmon.report.rl_render import (
     rl_details,
     rl_rows,
 )
+from keras_gradmon.report.signals_render import (
+    SIGNAL_GROUPS_CAPTION,
+    signal_group_rows,
+)
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
@@ -102,6 +106,10 @@ def _summaries(contents: Contents, plots: dict[str, list[str]]) -> list[str]:
         parts += ["<h2>Across seeds</h2>", _table(group_rows(contents.groups))]
         parts.append(_lines([GROUPS_CAPTION, *group_notes(contents.groups)]))
         parts += [_image(path) for path in plots.get(GROUPS, [])]
+    if contents.signal_groups:
+        rows = signal_group_rows(contents.signal_groups)
+        parts += ["<h2>Signals across seeds</h2>", _table(rows)]
+        parts.append(_lines([SIGNAL_GROUPS_CAPTION]))
     return parts
 
 

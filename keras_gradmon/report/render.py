@@ -20,6 +20,12 @@ from keras_gradmon.report.rl_render import (
     rl_rows,
     rl_text,
 )
+from keras_gradmon.report.signals import SignalGroup
+from keras_gradmon.report.signals_render import (
+    SIGNAL_GROUPS_CAPTION,
+    signal_group_rows,
+    signal_lines,
+)
 
 #: The `write_plots` key of the groups' figure.
 GROUPS = "groups"
@@ -40,12 +46,14 @@ class Contents:
         rl: An RL report per monitored agent.
         groups: The groups of seeds (`--group`).
         damaged: The damaged event files.
+        signal_groups: The signals of the groups of seeds (`--group`).
     """
 
     reports: list[RunReport]
     rl: list[RLReport] = dataclasses.field(default_factory=list)
     groups: list[GroupSummary] = dataclasses.field(default_factory=list)
     damaged: list[FileDamage] = dataclasses.field(default_factory=list)
+    signal_groups: list[SignalGroup] = dataclasses.field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -145,6 +153,8 @@ def run_text(report: RunReport, max_alerts: int = 20) -> str:
         lines.append(f"clipping: {report.clip_fraction:.0%} of steps clipped")
     if report.skipped_steps is not None:
         lines.append(f"skipped (non-finite) steps: {report.skipped_steps}")
+    if report.signals is not None:
+        lines += signal_lines(report.signals)
     if report.loss is not None:
         lines.append(report.loss.description)
     elif report.final_loss is not None:
@@ -190,6 +200,10 @@ def report_text(log_dir: str, contents: Contents) -> str:
     if contents.groups:
         parts += ["", "Across seeds (--group):", "", table(group_rows(contents.groups))]
         parts += [GROUPS_CAPTION, *group_notes(contents.groups)]
+    if contents.signal_groups:
+        rows = signal_group_rows(contents.signal_groups)
+        parts += ["", "Signals across seeds (--group):", "", table(rows)]
+        parts.append(SIGNAL_GROUPS_CAPTION)
     for report in contents.reports:
         parts += ["", run_text(report)]
     for rl in contents.rl:

@@ -125,7 +125,7 @@ class GroupSummary:
     missing: list[str]
 
 
-def _key(match: re.Match) -> tuple[str, str]:
+def group_key(match: re.Match) -> tuple[str, str]:
     """`(group key, stratum)`: the capture groups (the named group `task`
     aside) joined by "/", or the whole match; the `task` group or ""."""
     named = match.groupdict()
@@ -190,7 +190,7 @@ def group_reports(reports: Sequence[RLReport], pattern: str) -> list[GroupSummar
     for report in reports:
         match = compiled.search(report.name)
         if match is not None:
-            key, task = _key(match)
+            key, task = group_key(match)
             groups.setdefault(key, []).append((report, task))
     return [
         _summary(key, members)

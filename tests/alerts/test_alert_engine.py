@@ -146,7 +146,15 @@ def test_default_rules_catch_a_single_large_spike():
 
 def test_default_rules_are_fresh_objects_without_threshold_or_vanishing():
     first, second = default_rules(), default_rules()
-    assert list(first) == ["nonfinite", "growth", "spike"]
+    assert list(first) == [
+        "nonfinite",
+        "growth",
+        "spike",
+        "interval_spike",
+        "skipped_spike",
+        "clip_fraction",
+        "update_ratio",
+    ]
     assert all(first[name] is not second[name] for name in first)
     assert not any(
         isinstance(rule, (ThresholdRule, VanishingRule)) for rule in first.values()
