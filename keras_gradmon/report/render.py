@@ -152,7 +152,7 @@ def run_text(report: RunReport, max_alerts: int = 20) -> str:
     if report.clip_fraction is not None:
         lines.append(f"clipping: {report.clip_fraction:.0%} of steps clipped")
     if report.skipped_steps is not None:
-        lines.append(f"skipped (non-finite) steps: {report.skipped_steps}")
+        lines.append(f"skipped steps: {report.skipped_steps} (any reason)")
     if report.signals is not None:
         lines += signal_lines(report.signals)
     if report.loss is not None:
