@@ -32,13 +32,13 @@ import time
 import jax
 import keras
 from _models import MODELS
+from _signals import HUNDRED, SIGNAL_TARGETS, SIGNAL_VARIANTS, make_optimizer
 from _timing import cpu_count, format_table, interleaved_times, summarize
 
 import keras_gradmon
-from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
+from keras_gradmon import GradientSummaryCallback
 
 EVERY = {"every_n_steps": 1, "histogram_every_n_steps": None}
-HUNDRED = {"every_n_steps": 100, "histogram_every_n_steps": None}
 VARIANTS = {
     "A": (None, False),
     "B": (EVERY, True),
@@ -46,16 +46,15 @@ VARIANTS = {
     "C": (HUNDRED, True),
     "C-no-cb": (HUNDRED, False),
     "D": ({**HUNDRED, "histogram_every_n_steps": 100}, True),
+    **SIGNAL_VARIANTS,  # issue 21's signals: see _signals.py
 }
-TARGETS = {"B": 1.30, "C": 1.02}
+TARGETS = {"B": 1.30, "C": 1.02, **SIGNAL_TARGETS}
 
 
 def fitter(variant: str, x, y, log_dir: str, batch: int):
     """A fresh compiled MLP of `variant` and a one-epoch fit of it."""
     options, with_callback = VARIANTS[variant]
-    optimizer = keras.optimizers.Adam(1e-3)
-    if options is not None:
-        optimizer = GradientMonitorOptimizer(optimizer, **options)
+    optimizer = make_optimizer(options)
     callbacks = [GradientSummaryCallback(log_dir)] if with_callback else []
     keras.utils.set_random_seed(0)
     model = MODELS["mlp"].build()

@@ -49,17 +49,16 @@ import time
 import keras
 import tensorflow as tf
 from _models import MODELS, Spec
+from _signals import HUNDRED, SIGNAL_TARGETS, SIGNAL_VARIANTS, make_optimizer
 from _timing import cpu_count, format_table, interleaved_times, summarize
 
 import keras_gradmon
 from keras_gradmon import (
-    GradientMonitorOptimizer,
     GradientSummaryCallback,
     MonitorConfig,
 )
 
 EVERY = {"every_n_steps": 1, "histogram_every_n_steps": None}
-HUNDRED = {"every_n_steps": 100, "histogram_every_n_steps": None}
 # name: (GradientMonitorOptimizer options or None, with GradientSummaryCallback)
 VARIANTS = {
     "A": (None, False),
@@ -79,8 +78,10 @@ VARIANTS = {
         True,
     ),
     "E": (None, False),  # HandLogged, without XLA
+    **SIGNAL_VARIANTS,  # issue 21's signals: see _signals.py
 }
 TARGETS = {"B": 1.30, "B-no-cb": 1.25, "B-econ": 1.12, "C": 1.02, "D": 1.03}
+TARGETS.update(SIGNAL_TARGETS)
 
 
 class HandLogged(keras.Model):
@@ -111,9 +112,7 @@ def _model(variant: str, spec: Spec) -> keras.Model:
 def epoch_runner(variant: str, spec: Spec, x, y, log_dir: str):
     """Builds and compiles the model of `variant`; returns a one-epoch callable."""
     options, with_callback = VARIANTS[variant]
-    optimizer = keras.optimizers.Adam(1e-3)
-    if options is not None:
-        optimizer = GradientMonitorOptimizer(optimizer, **options)
+    optimizer = make_optimizer(options)
     callbacks = [GradientSummaryCallback(log_dir)] if with_callback else []
     hand_logged = variant == "E"
     model = _model(variant, spec)

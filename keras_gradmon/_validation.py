@@ -101,3 +101,35 @@ def subjects_pattern(value: object) -> re.Pattern[str] | None:
         return re.compile(value)
     except re.error as err:
         raise _fail("subjects", f"a valid regular expression ({err})", value) from err
+
+
+def switch_option(name: str, value: object, keys: Sequence[str]) -> dict | None:
+    """An option that is off (False or None), on with its defaults (True) or
+    on with some of `keys` set (a mapping): None, `{}` or the mapping as a
+    dict; anything else, or an unknown key, refused naming the option.
+
+    Example:
+
+    >>> switch_option("skip_spikes", {"window": 8}, ["window", "z_threshold"])
+    {'window': 8}
+    >>> switch_option("skip_spikes", True, ["window"])
+    {}
+    """
+    from collections.abc import Mapping
+
+    if value is None or value is False:
+        return None
+    if value is True:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"`{name}` must be True, False, None or a mapping of {list(keys)}. "
+            f"Received: {name}={value!r}"
+        )
+    unknown = sorted(set(value) - set(keys))
+    if unknown:
+        raise ValueError(
+            f"Unknown `{name}` option(s) {unknown}. Valid options: {list(keys)}. "
+            f"Received: {name}={dict(value)!r}"
+        )
+    return dict(value)

@@ -12,7 +12,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_gradmon import GradientMonitorOptimizer
+from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
+from tests.reference import load_events, scalar_series
 from tests.signals.linear_regression import LinearRegression, empirical_b_simple
 
 PROBLEM = LinearRegression(dim=4, noise_std=1.0, distance=1.0)
@@ -37,7 +38,7 @@ def check_against_closed_form(totals: dict, x: np.ndarray, y: np.ndarray) -> Non
     assert totals["noise_trace"] == pytest.approx(4 * PROBLEM.trace, rel=0.15)
 
 
-def test_noise_scale_of_micro_batches_matches_the_closed_form():
+def test_noise_scale_of_micro_batches_matches_the_closed_form(tmp_path):
     x, y = PROBLEM.dataset(PARTS * PART_BATCH * 1024)
     inner = keras.optimizers.SGD(0.0, gradient_accumulation_steps=PARTS)
     optimizer = GradientMonitorOptimizer(
@@ -48,9 +49,15 @@ def test_noise_scale_of_micro_batches_matches_the_closed_form():
     )
     model = PROBLEM.model()
     model.compile(optimizer, "mse")
-    model.fit(x, y, batch_size=PART_BATCH, epochs=1, shuffle=False, verbose=0)
+    callback = GradientSummaryCallback(str(tmp_path))
+    fit = dict(batch_size=PART_BATCH, epochs=1, shuffle=False, verbose=0)
+    model.fit(x, y, callbacks=[callback], **fit)
     assert optimizer.snapshot().step == 768  # `iterations` counts updates
-    check_against_closed_form(_totals(optimizer), x, y)
+    totals = _totals(optimizer)
+    check_against_closed_form(totals, x, y)
+    written = scalar_series(load_events(str(tmp_path)), "noise_scale/b_simple")
+    assert sorted(written) == [0, 256, 512, 768]
+    assert written[768] == pytest.approx(totals["noise_b_simple"], rel=1e-6)
 
 
 def test_noise_scale_is_nan_without_parts():

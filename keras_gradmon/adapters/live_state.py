@@ -58,8 +58,13 @@ class LiveState:
         """The inner optimizer's step count, read on the host (from the live
         state on JAX)."""
         live = None if self._live_state is None else self._read_live
-        [count] = backend.capture([self.iterations], live, {})
-        return int(np.asarray(count))
+        inner = self.inner_optimizer
+        # Under gradient accumulation `iterations` is computed, not a
+        # variable: the update count, the micro-step count divided by k.
+        accumulation = getattr(inner, "gradient_accumulation_steps", None)
+        counter = inner._iterations if accumulation else self.iterations
+        [count] = backend.capture([counter], live, {})
+        return int(np.asarray(count)) // (accumulation or 1)
 
     def _read_live(self, variables: list) -> list:
         live = self._live_state() if self._live_state is not None else None

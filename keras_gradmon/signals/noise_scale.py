@@ -44,6 +44,7 @@ from typing import Any, ClassVar, NamedTuple
 from keras import ops
 
 from keras_gradmon import _validation
+from keras_gradmon._validation import switch_option
 from keras_gradmon.backend import Tensor
 from keras_gradmon.clipping.base import StateSpec
 
@@ -235,20 +236,8 @@ def from_option(value: object) -> NoiseScale | None:
     >>> from_option(False) is None
     True
     """
-    if value is None or value is False:
+    given = switch_option("noise_scale", value, OPTION_KEYS)
+    if given is None:
         return None
-    if value is True:
-        return NoiseScale()
-    if not isinstance(value, dict):
-        raise ValueError(
-            "`noise_scale` must be True, False, None or a dict with keys "
-            f"{list(OPTION_KEYS)}. Received: noise_scale={value!r}"
-        )
-    unknown = [key for key in value if key not in OPTION_KEYS]
-    if unknown:
-        raise ValueError(
-            f"`noise_scale` has unknown key {unknown[0]!r}. Valid keys: "
-            f"{list(OPTION_KEYS)}. Received: noise_scale={value!r}"
-        )
     options = {"decay": NoiseScale.decay, "batch_size": NoiseScale.batch_size}
-    return NoiseScale(**_checked(label="noise_scale", **{**options, **value}))
+    return NoiseScale(**_checked(label="noise_scale", **{**options, **given}))

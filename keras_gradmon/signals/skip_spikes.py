@@ -24,10 +24,11 @@ True
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 from keras import ops
+
+from keras_gradmon._validation import switch_option
 
 #: The state's names.
 NORMS, SEEN, SKIPPED = "skipspikes_norms", "skipspikes_seen", "skipspikes_skipped"
@@ -70,23 +71,11 @@ class SpikeSkipper:
         >>> SpikeSkipper.from_option({"z_threshold": 4.0}).window
         128
         """
-        if value is False or value is None:
+        keys = [field.name for field in dataclasses.fields(cls)]
+        options = switch_option("skip_spikes", value, keys)
+        if options is None:
             return None
-        if value is True:
-            return cls()
-        if not isinstance(value, Mapping):
-            raise ValueError(
-                "`skip_spikes` must be a bool or a mapping of z_threshold, "
-                f"window and min_history. Received: skip_spikes={value!r}"
-            )
-        unknown = sorted(set(value) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(
-                f"Unknown `skip_spikes` option(s) {unknown}. Valid options: "
-                f"['z_threshold', 'window', 'min_history']. Received: "
-                f"skip_spikes={dict(value)!r}"
-            )
-        return cls(**value)
+        return cls(**options)
 
     def state_spec(self) -> dict[str, tuple[tuple, str, float]]:
         """`{name: (shape, dtype, initial)}`: the window of norms, how many

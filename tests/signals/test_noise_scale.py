@@ -65,12 +65,12 @@ def test_from_option(value, want):
         ({"batch_size": 8.0}, "Received: noise_scale['batch_size']=8.0"),
         (
             {"decy": 0.9},
-            "`noise_scale` has unknown key 'decy'. Valid keys: ['batch_size', "
-            "'decay']. Received: noise_scale={'decy': 0.9}",
+            "Unknown `noise_scale` option(s) ['decy']. Valid options: "
+            "['batch_size', 'decay']. Received: noise_scale={'decy': 0.9}",
         ),
         (
             "on",
-            "`noise_scale` must be True, False, None or a dict with keys "
+            "`noise_scale` must be True, False, None or a mapping of "
             "['batch_size', 'decay']. Received: noise_scale='on'",
         ),
     ],
