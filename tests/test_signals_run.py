@@ -28,8 +28,8 @@ def _fit(log_dir: str) -> GradientAlertCallback:
     model = keras.Sequential(
         [
             keras.Input((16,)),
-            keras.layers.Dense(32, activation="relu"),
-            keras.layers.Dense(1),
+            keras.layers.Dense(32, activation="relu", name="hidden"),
+            keras.layers.Dense(1, name="head"),
         ]
     )
     optimizer = GradientMonitorOptimizer(
@@ -37,7 +37,7 @@ def _fit(log_dir: str) -> GradientAlertCallback:
         every_n_steps=50,
         track_spikes=True,
         skip_spikes={"window": 32, "min_history": 16},
-        groups={"hidden": "dense/"},
+        groups={"hidden": "hidden/"},
     )
     model.compile(optimizer, "mse")
     alerts = GradientAlertCallback()
