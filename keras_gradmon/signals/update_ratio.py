@@ -22,8 +22,7 @@ from typing import Any
 
 from keras import ops
 
-from keras_gradmon.schema import STATISTICS
-from keras_gradmon.stats import batched_statistics, combine_norms
+from keras_gradmon.stats import combine_norms
 
 _NAN = float("nan")
 
@@ -45,10 +44,10 @@ def update_ratios(
         members: The rows of each group.
     """
     order = sorted(old)
-    diffs = [_wide(new[i]) - _wide(old[i]) for i in order]
-    norms = batched_statistics(diffs + [old[i] for i in order], ["norm"])
-    norms = norms[:, STATISTICS.index("norm")]
-    moved, size = norms[: len(order)], norms[len(order) :]
+    # Plain float32 norms: a small program (weights and updates do not come
+    # near float32's limit, and a non-finite one reads NaN, left out).
+    moved = ops.stack([_norm(_wide(new[i]) - _wide(old[i])) for i in order])
+    size = ops.stack([_norm(_wide(old[i])) for i in order])
     position = {i: k for k, i in enumerate(order)}
     per_row = [_ratio(moved[position[i]], size[position[i]]) for i in order]
     placed = [per_row[position[i]] if i in position else _NAN for i in range(rows)]
@@ -64,6 +63,10 @@ def _wide(value: Any) -> Any:
     """`value` in float32 at least, so that the difference is exact enough."""
     value = ops.convert_to_tensor(value)
     return value if value.dtype == "float64" else ops.cast(value, "float32")
+
+
+def _norm(value: Any) -> Any:
+    return ops.sqrt(ops.sum(ops.square(value)))
 
 
 def _ratio(moved: Any, size: Any) -> Any:
