@@ -29,7 +29,13 @@ Key = tuple[str, str, str]
 
 
 def incident_key(alert: Alert) -> Key:
-    """The incident `alert` belongs to: its (rule, subject, tier)."""
+    """The incident `alert` belongs to: its (rule, subject, tier).
+
+    Example:
+
+    >>> incident_key(Alert("growth", "warning", 5, 20.0, 10.0, "global"))
+    ('growth', 'global', 'warning')
+    """
     return (alert.rule, alert.subject, alert.tier)
 
 
@@ -53,6 +59,15 @@ class Incident:
         folded: Repeats since the last line logged about it.
         next_line: The step from which a repeat logs a folded line.
         gap: Steps from that line to the next one (doubles each time).
+
+    Example:
+
+    >>> def alert(step, value):
+    ...     return Alert("growth", "warning", step, value, 10.0, "global")
+    >>> incident = Incident.open(alert(5, 20.0), fold_steps=100)
+    >>> incident.add(alert(6, 30.0))
+    >>> incident.span(), incident.worst.value
+    ('2 summaries, steps 5 to 6', 30.0)
     """
 
     first: Alert
@@ -77,7 +92,7 @@ class Incident:
             self.worst = alert
 
     def line(self, verb: str, what: str) -> str:
-        """`"<TIER> <title> of <subject> <verb>: <what>, worst ... ."`"""
+        """`"<TIER> <title> of <subject> <verb>: <what>; worst ... ."`"""
         worst = self.worst
         return (
             f"{self.first.tier.upper()} {self.first.title} of "
