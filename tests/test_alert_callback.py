@@ -144,6 +144,12 @@ def test_bad_actions_are_rejected_at_construction(actions, message):
         GradientAlertCallback(actions=actions)
 
 
+def test_bad_fold_steps_is_rejected_at_construction():
+    message = "`fold_steps` must be a positive integer. Received: fold_steps=0"
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        GradientAlertCallback(fold_steps=0)
+
+
 def test_callable_action_receives_the_alert():
     model, x, y = _exploding()
     seen = []

@@ -125,5 +125,5 @@ def test_without_folding_every_alert_is_logged_in_full(lines):
 
 @pytest.mark.parametrize("fold_steps", [0, -1, 2.5, "100", True])
 def test_fold_steps_is_a_positive_integer_or_none(fold_steps):
-    with pytest.raises(ValueError, match="fold_steps"):
+    with pytest.raises(ValueError, match=r"^`fold_steps` must be a positive"):
         IncidentLog(fold_steps=fold_steps)
