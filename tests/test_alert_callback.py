@@ -1,5 +1,6 @@
 import json
 import logging
+from collections import defaultdict
 
 import keras
 import numpy as np
@@ -12,7 +13,7 @@ from keras_gradmon import (
     GradientAlertError,
     GradientMonitorOptimizer,
 )
-from keras_gradmon.alerts import ThresholdRule
+from keras_gradmon.alerts import ThresholdRule, format_number
 from tests.helpers import LOSS, data, mlp
 from tests.reference import load_events, scalar_series
 
@@ -143,6 +144,12 @@ def test_bad_actions_are_rejected_at_construction(actions, message):
         GradientAlertCallback(actions=actions)
 
 
+def test_bad_fold_steps_is_rejected_at_construction():
+    message = "`fold_steps` must be a positive integer. Received: fold_steps=0"
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        GradientAlertCallback(fold_steps=0)
+
+
 def test_callable_action_receives_the_alert():
     model, x, y = _exploding()
     seen = []
@@ -154,3 +161,88 @@ def test_callable_action_receives_the_alert():
     model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[callback])
     assert seen and seen == callback.alerts
     assert len(seen) <= 2
+
+
+class _LearningRateJump(keras.callbacks.Callback):
+    """Multiplies the learning rate by 100 before batch `at`."""
+
+    def __init__(self, at):
+        super().__init__()
+        self.at = at
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == self.at:
+            rate = self.model.optimizer.learning_rate
+            rate.assign(rate * 100.0)
+
+
+def _diverging_fit(callback, steps=1200, jump=600):
+    """An MLP regression with SGD(0.01), summaries every step, whose learning
+    rate jumps 100x at step `jump`: it diverges to NaN within a few steps."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(steps * 8, 8)).astype("float32")
+    y = (x @ rng.normal(size=(8, 1))).astype("float32")
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((8,)),
+            keras.layers.Dense(16, activation="relu"),
+            keras.layers.Dense(1),
+        ]
+    )
+    optimizer = GradientMonitorOptimizer(
+        keras.optimizers.SGD(0.01), every_n_steps=1, histogram_every_n_steps=None
+    )
+    model.compile(optimizer, "mse")
+    model.fit(
+        x, y, batch_size=8, shuffle=False, verbose=0,
+        callbacks=[callback, _LearningRateJump(jump)],
+    )
+
+
+def _incidents(alerts):
+    """The alerts of each (rule, subject, tier), in order of appearance."""
+    grouped = defaultdict(list)
+    for alert in alerts:
+        grouped[(alert.rule, alert.subject, alert.tier)].append(alert)
+    return grouped
+
+
+def test_a_600_step_divergence_logs_a_few_lines_and_keeps_every_alert(
+    tmp_path, caplog
+):
+    callback = GradientAlertCallback(
+        log_dir=str(tmp_path / "alerts"), jsonl_path=str(tmp_path / "alerts.jsonl")
+    )
+    with caplog.at_level(logging.WARNING, logger="keras_gradmon"):
+        _diverging_fit(callback)
+    logged = [r.getMessage() for r in caplog.records if r.name == "keras_gradmon"]
+    alerts = callback.alerts
+    # NaN gradients at every step from the divergence to the end.
+    nonfinite = [a.step for a in alerts if a.rule == "nonfinite"]
+    assert 600 < nonfinite[0] < 650
+    assert nonfinite == list(range(nonfinite[0], 1200))
+    assert len(logged) <= 10
+    # Each incident: its first alert in full, and a closing line that
+    # accounts for every repeat.
+    for (_, subject, tier), group in _incidents(alerts).items():
+        assert group[0].message in logged
+        if len(group) > 1:
+            worst = format_number(max(a.value for a in group))
+            ended = "ended" if group[-1].step < 1199 else "was still firing at the end"
+            closing = (
+                f"{tier.upper()} {group[0].title} of {subject!r} {ended}: "
+                f"{len(group)} summaries, steps {group[0].step} to "
+                f"{group[-1].step}; worst {group[0].metric} = {worst}"
+            )
+            assert any(line.startswith(closing) for line in logged), closing
+    # Nothing is lost: every alert is a JSON line and an `alerts/<rule>` flag.
+    lines = (tmp_path / "alerts.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [a.to_dict() for a in alerts]
+    events = load_events(str(tmp_path / "alerts"))
+    for rule in callback.checker.engine.rules:
+        flags = scalar_series(events, f"alerts/{rule}")
+        assert flags.keys() == set(range(1200))
+        fired = {step for step, flag in flags.items() if flag == 1.0}
+        assert fired == {a.step for a in alerts if a.rule == rule}
+        assert set(flags.values()) <= {0.0, 1.0}

@@ -229,6 +229,7 @@ class ActivationMonitor:
     def close(self) -> None:
         """Closes the event file (a later measurement reopens it); a shared
         hub is flushed, and closed by its owner."""
+        self.delivery.incidents.finish()
         if self._owns_hub:
             self.hub.close()
         else:

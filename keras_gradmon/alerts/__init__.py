@@ -2,7 +2,8 @@
 
 Pure Python (no TensorFlow): rules receive one number per subject per
 summary step and return `Alert` records; `AlertEngine` routes metrics to
-rules and `RateLimiter` keeps the log readable.
+rules, `RateLimiter` thins out repeats and `IncidentLog` groups the log
+lines into incidents.
 
 Example:
 
@@ -23,6 +24,7 @@ from keras_gradmon.alerts.defaults import default_activation_rules, default_rule
 from keras_gradmon.alerts.engine import AlertEngine
 from keras_gradmon.alerts.events import CRITICAL, TIERS, WARNING, Alert, format_number
 from keras_gradmon.alerts.growth import GrowthRule
+from keras_gradmon.alerts.incidents import IncidentLog
 from keras_gradmon.alerts.limiter import RateLimiter
 from keras_gradmon.alerts.nonfinite import NonFiniteRule
 from keras_gradmon.alerts.spike import SpikeRule
@@ -42,6 +44,7 @@ __all__ = [
     "BandRule",
     "ClipFractionRule",
     "GrowthRule",
+    "IncidentLog",
     "IntervalSpikeRule",
     "NonFiniteRule",
     "RateLimiter",

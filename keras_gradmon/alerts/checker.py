@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from keras_gradmon.alerts import Alert, AlertEngine
 from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
 from keras_gradmon.alerts.runner import Action, AlertDelivery, AlertRunner, alerting
 from keras_gradmon.history import NO_STEP, Cursor, unpack
 from keras_gradmon.hub import GRADIENTS, Hub, Publication, chief_writes
@@ -96,6 +97,11 @@ class AlertChecker:
         max_per_rule: At most this many alerts per rule and tier.
         hub: A `keras_gradmon.hub.Hub` to publish the flags and alert texts
             to (its recorders get them), instead of `log_dir` / `writer`.
+        fold_steps: The log lines group alerts into incidents (rule,
+            subject, tier): the first in full, repeats folded into one line
+            after `fold_steps` steps (then 2x, 4x, ... as many), one line
+            when the incident ends (quiet for `fold_steps` steps). None logs
+            every alert in full. The alerts themselves are all kept.
 
     Example:
 
@@ -120,6 +126,7 @@ class AlertChecker:
         cooldown_steps: int = 0,
         max_per_rule: int | None = None,
         hub: Hub | None = None,
+        fold_steps: int | None = DEFAULT_FOLD_STEPS,
     ) -> None:
         engine, delivery = alerting(
             rules,
@@ -130,6 +137,7 @@ class AlertChecker:
             cooldown_steps,
             max_per_rule,
             hub,
+            fold_steps,
         )
         self._attach(optimizer, engine, delivery)
 
@@ -172,6 +180,11 @@ class AlertChecker:
     def history(self) -> list[Alert]:
         """Every alert emitted so far, in order."""
         return self.engine.history
+
+    def close(self) -> None:
+        """Logs the end of the incidents still open and closes (or flushes)
+        the event files; call it when training is over."""
+        self.delivery.close()
 
     @property
     def stop_requested(self) -> bool:

@@ -1,17 +1,18 @@
 """`AlertRunner`: feeds a monitor's publications to its alert engine and
-delivers what fires (`AlertDelivery`): log line, `alerts/<rule>` flags and
-alert texts through a `Hub`, JSON Lines, and the action of the alert's tier."""
+delivers what fires (`AlertDelivery`): log lines grouped into incidents,
+`alerts/<rule>` flags and alert texts through a `Hub`, JSON Lines, and the
+action of the alert's tier."""
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from keras_gradmon.alerts import CRITICAL, TIERS, WARNING, Alert, AlertEngine
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.events import ALERT_LOG
+from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
 from keras_gradmon.alerts.limiter import RateLimiter
 from keras_gradmon.hub import ALERTS, Hub, Publication, recording_hub
 from keras_gradmon.recorders.tensorboard import check_log_dir
@@ -22,8 +23,6 @@ from keras_gradmon.tags import tag
 #: (`GradientAlertError`), or a callable taking the `Alert`.
 Action = str | Callable[[Alert], Any]
 ACTIONS = ("log", "stop", "raise")
-
-logger = logging.getLogger("keras_gradmon")
 
 
 class GradientAlertError(RuntimeError):
@@ -66,11 +65,13 @@ def validate_actions(actions: Mapping[str, Action] | None) -> dict[str, Action]:
 
 
 class AlertDelivery:
-    """Delivers what an `AlertEngine` raised: a log line per alert (logger
-    "keras_gradmon"), `alerts/<rule>` flags and the alerts as JSON text
-    (`alert_log/all`) published to a `Hub` (source "alerts", so every
-    recorder of the hub gets them), JSON Lines, and each tier's action.
-    Shared by the gradient, activation and RL alerts.
+    """Delivers what an `AlertEngine` raised: log lines grouped into
+    incidents (`IncidentLog`, logger "keras_gradmon"), `alerts/<rule>`
+    flags and the alerts as JSON text (`alert_log/all`) published to a
+    `Hub` (source "alerts", so every recorder of the hub gets them), JSON
+    Lines, and each tier's action. Every alert is recorded and acted on;
+    only the log lines fold repeats. Shared by the gradient, activation and
+    RL alerts.
 
     Args:
         actions: `{tier: action}`; see `Action`.
@@ -83,6 +84,8 @@ class AlertDelivery:
             (False on the non-chief workers of a multi-worker strategy);
             None: always. Logging, JSON Lines and actions happen anyway.
         hub: The hub to publish the flags to (not closed by `close`).
+        fold_steps: How the log lines fold repeats (see `IncidentLog`);
+            None logs every alert in full.
 
     Example:
 
@@ -99,8 +102,10 @@ class AlertDelivery:
         tag_scope: str | None = None,
         writes: Callable[[], bool] | None = None,
         hub: Hub | None = None,
+        fold_steps: int | None = DEFAULT_FOLD_STEPS,
     ) -> None:
         self.actions = validate_actions(actions)
+        self.incidents = IncidentLog(fold_steps)
         self.writes = writes or (lambda: True)
         self._owns_hub = hub is None
         self.hub = recording_hub(log_dir, writer, hub)
@@ -109,8 +114,10 @@ class AlertDelivery:
         self.stop_requested = False
 
     def close(self) -> None:
-        """Closes the hub's event files if the hub is this delivery's own (a
-        later write reopens them); flushes a shared one."""
+        """Logs the end of the open incidents; closes the hub's event files
+        if the hub is this delivery's own (a later write reopens them);
+        flushes a shared one."""
+        self.incidents.finish()
         if self._owns_hub:
             self.hub.close()
         else:
@@ -122,9 +129,7 @@ class AlertDelivery:
         Raises:
             GradientAlertError: When an alert's tier has the "raise" action.
         """
-        for alert in alerts:
-            level = logging.CRITICAL if alert.tier == CRITICAL else logging.WARNING
-            logger.log(level, alert.message)
+        self.incidents.log(step, alerts)
         if self.jsonl_path and alerts:
             with open(self.jsonl_path, "a", encoding="utf-8") as file:
                 for alert in alerts:
@@ -207,6 +212,7 @@ def alerting(
     cooldown_steps: int = 0,
     max_per_rule: int | None = None,
     hub: Hub | None = None,
+    fold_steps: int | None = DEFAULT_FOLD_STEPS,
 ) -> tuple[AlertEngine, AlertDelivery]:
     """The engine and the delivery of an alert checker, every argument
     checked (so that callbacks fail at construction, not at `fit`)."""
@@ -216,6 +222,11 @@ def alerting(
     if jsonl_path is not None:
         check_log_dir("jsonl_path", jsonl_path)
     delivery = AlertDelivery(
-        actions, log_dir=log_dir, writer=writer, jsonl_path=jsonl_path, hub=hub
+        actions,
+        log_dir=log_dir,
+        writer=writer,
+        jsonl_path=jsonl_path,
+        hub=hub,
+        fold_steps=fold_steps,
     )
     return engine, delivery

@@ -11,6 +11,7 @@ import keras
 from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.checker import AlertChecker
+from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
 from keras_gradmon.alerts.runner import Action, alerting
 from keras_gradmon.callbacks.dispatch import BatchReads
 from keras_gradmon.callbacks.steps import (
@@ -24,17 +25,19 @@ from keras_gradmon.hub import Hub
 class GradientAlertCallback(BatchReads, keras.callbacks.Callback):
     """Runs alert rules on each fresh summary of a `GradientMonitorOptimizer`.
 
-    Each alert is one readable log line (logger "keras_gradmon"), an
-    `alerts/<rule>` scalar (0 or 1 at each summary) when `log_dir` or
-    `writer` is given, an entry of `alerts` and, optionally, a JSON line.
+    Each alert is an entry of `alerts`, an `alerts/<rule>` scalar (0 or 1
+    at each summary) when `log_dir` or `writer` is given and, optionally, a
+    JSON line. On the console (logger "keras_gradmon") alerts are grouped
+    into incidents: the first of each (rule, subject, tier) is one readable
+    line, its repeats fold into a few lines (see `fold_steps`).
     Keras `logs` get `grad_alerts`, the number of alerts so far. The tier's
     action then runs: "log", "stop" (sets `model.stop_training`, as
     `TerminateOnNaN` does), "raise" (`GradientAlertError` with the step, rule
     and value) or a callable taking the `Alert`.
 
     Rules see each summary once (a rule never fires again on numbers it has
-    seen), and `cooldown_steps` / `max_per_rule` keep a bad run from
-    flooding the console.
+    seen); a diverging run logs a handful of lines, not one per step.
+    `cooldown_steps` / `max_per_rule` thin out the alerts themselves.
 
     Args:
         rules: Rules by name (or a list); None for
@@ -52,6 +55,11 @@ class GradientAlertCallback(BatchReads, keras.callbacks.Callback):
         max_per_rule: At most this many alerts per rule and tier.
         hub: A `keras_gradmon.hub.Hub` to publish the flags and alert texts
             to (its recorders get them), instead of `log_dir` / `writer`.
+        fold_steps: The log lines group alerts into incidents (rule,
+            subject, tier): the first in full, repeats folded into one line
+            after `fold_steps` steps (then 2x, 4x, ... as many), one line
+            when the incident ends (quiet for `fold_steps` steps). None logs
+            every alert in full. The alerts themselves are all kept.
 
     Example:
 
@@ -74,6 +82,7 @@ class GradientAlertCallback(BatchReads, keras.callbacks.Callback):
         cooldown_steps: int = 0,
         max_per_rule: int | None = None,
         hub: Hub | None = None,
+        fold_steps: int | None = DEFAULT_FOLD_STEPS,
     ) -> None:
         super().__init__()
         # Every argument is checked now, not when `fit` starts.
@@ -86,6 +95,7 @@ class GradientAlertCallback(BatchReads, keras.callbacks.Callback):
             cooldown_steps,
             max_per_rule,
             hub,
+            fold_steps,
         )
         self._optimizer = optimizer
         self.checker: AlertChecker | None = None

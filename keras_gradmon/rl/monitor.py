@@ -262,6 +262,7 @@ class RLHealthMonitor:
     def close(self) -> None:
         """Flushes, and closes the event file if this monitor opened it (a
         given writer is flushed; a shared hub is closed by its owner)."""
+        self.delivery.incidents.finish()
         if self._owns_hub:
             self.hub.close()
         else:

@@ -160,6 +160,7 @@ def test_invalid_tier_is_rejected():
         "keras_gradmon.alerts.engine",
         "keras_gradmon.alerts.events",
         "keras_gradmon.alerts.growth",
+        "keras_gradmon.alerts.incidents",
         "keras_gradmon.alerts.limiter",
         "keras_gradmon.alerts.nonfinite",
         "keras_gradmon.alerts.spike",

@@ -1,0 +1,203 @@
+"""`IncidentLog`: the console's view of the alerts, grouped into incidents.
+
+Rules report on every summary a condition holds, so a diverging run raises
+the same alert at every step. On the console (logger "keras_gradmon") the
+alerts of one (rule, subject, tier) form an incident: its first alert is
+logged in full, its repeats are folded into one line now and then, and one
+line says when it ended. Only the console is folded: the alert list, the
+JSON lines and the `alerts/<rule>` flags keep every firing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from keras_gradmon import _validation
+from keras_gradmon.alerts.events import CRITICAL, Alert
+from keras_gradmon.formatting import format_number
+
+#: Default of `fold_steps`: steps between a new incident and its first
+#: folded line, and the quiet steps after which an incident has ended.
+DEFAULT_FOLD_STEPS = 100
+
+logger = logging.getLogger("keras_gradmon")
+
+#: What identifies an incident: (rule, subject, tier).
+Key = tuple[str, str, str]
+
+
+def incident_key(alert: Alert) -> Key:
+    """The incident `alert` belongs to: its (rule, subject, tier).
+
+    Example:
+
+    >>> incident_key(Alert("growth", "warning", 5, 20.0, 10.0, "global"))
+    ('growth', 'global', 'warning')
+    """
+    return (alert.rule, alert.subject, alert.tier)
+
+
+def _worse(alert: Alert, than: Alert) -> bool:
+    """Whether `alert` is further past its threshold than `than` (lower for
+    a "<" comparison, higher otherwise)."""
+    if alert.comparison.startswith("<"):
+        return alert.value < than.value
+    return alert.value > than.value
+
+
+@dataclass
+class Incident:
+    """The alerts of one (rule, subject, tier) while it keeps firing.
+
+    Attributes:
+        first: The alert that opened it (logged in full).
+        last: The latest alert.
+        worst: The alert furthest past its threshold.
+        count: Summaries it fired at, the first included.
+        folded: Repeats since the last line logged about it.
+        next_line: The step from which a repeat logs a folded line.
+        gap: Steps from that line to the next one (doubles each time).
+
+    Example:
+
+    >>> def alert(step, value):
+    ...     return Alert("growth", "warning", step, value, 10.0, "global")
+    >>> incident = Incident.open(alert(5, 20.0), fold_steps=100)
+    >>> incident.add(alert(6, 30.0))
+    >>> incident.span(), incident.worst.value
+    ('2 summaries, steps 5 to 6', 30.0)
+    """
+
+    first: Alert
+    last: Alert
+    worst: Alert
+    count: int
+    folded: int
+    next_line: int
+    gap: int
+
+    @classmethod
+    def open(cls, alert: Alert, fold_steps: int) -> Incident:
+        """A new incident opened by `alert`."""
+        return cls(alert, alert, alert, 1, 0, alert.step + fold_steps, fold_steps)
+
+    def add(self, alert: Alert) -> None:
+        """Counts a repeat."""
+        self.last = alert
+        self.count += 1
+        self.folded += 1
+        if _worse(alert, self.worst):
+            self.worst = alert
+
+    def line(self, verb: str, what: str) -> str:
+        """`"<TIER> <title> of <subject> <verb>: <what>; worst ... ."`"""
+        worst = self.worst
+        return (
+            f"{self.first.tier.upper()} {self.first.title} of "
+            f"{self.first.subject!r} {verb}: {what}; worst {worst.metric} = "
+            f"{format_number(worst.value)} at step {worst.step}."
+        )
+
+    def span(self) -> str:
+        """How many summaries, first and last step."""
+        noun = "summary" if self.count == 1 else "summaries"
+        return f"{self.count} {noun}, steps {self.first.step} to {self.last.step}"
+
+
+class IncidentLog:
+    """Logs alerts grouped into incidents keyed by (rule, subject, tier).
+
+    * The first alert of an incident is logged in full, at once; so is an
+      escalation (a critical is another tier, so another incident) and an
+      alert about a new subject.
+    * Repeats are folded: one line says how many came since the last line,
+      first `fold_steps` steps after the incident opened, then after twice
+      the previous gap (100, 200, 400, ... steps): a long incident logs a
+      few lines, not one per summary.
+    * An incident quiet for `fold_steps` steps has ended; a repeated one
+      logs a closing line: how many summaries, first and last step, worst
+      value. `finish()` closes those still open (the end of training).
+
+    Lines go to logger "keras_gradmon" at the incident's tier (WARNING or
+    CRITICAL).
+
+    Args:
+        fold_steps: Steps before the first folded line, and quiet steps that
+            end an incident; None logs every alert in full.
+
+    Example:
+
+    >>> from keras_gradmon.alerts.events import WARNING
+    >>> log = IncidentLog(fold_steps=100)
+    >>> for step in range(1, 301):
+    ...     log.log(step, [Alert("growth", WARNING, step, 20.0, 10.0, "global")])
+    >>> log.finish()
+    >>> log.lines_logged  # the first alert, a folded line, the closing one
+    3
+    """
+
+    def __init__(self, fold_steps: int | None = DEFAULT_FOLD_STEPS) -> None:
+        self.fold_steps = (
+            None
+            if fold_steps is None
+            else _validation.positive_int("fold_steps", fold_steps)
+        )
+        self.open: dict[Key, Incident] = {}
+        #: Lines logged so far.
+        self.lines_logged = 0
+
+    def log(self, step: int, alerts: Iterable[Alert]) -> None:
+        """Logs the news among the `alerts` of the summary at `step`, and the
+        end of the incidents that went quiet."""
+        alerts = list(alerts)
+        self._end(step, {incident_key(alert) for alert in alerts})
+        for alert in alerts:
+            self._take(alert)
+
+    def finish(self) -> None:
+        """Closes every open incident (e.g. at the end of training)."""
+        for incident in self.open.values():
+            self._close(incident, "was still firing at the end")
+        self.open.clear()
+
+    def _take(self, alert: Alert) -> None:
+        key = incident_key(alert)
+        incident = self.open.get(key)
+        if self.fold_steps is None or incident is None:
+            self._emit(alert.tier, alert.message)
+            if self.fold_steps is not None:
+                self.open[key] = Incident.open(alert, self.fold_steps)
+            return
+        incident.add(alert)
+        if alert.step >= incident.next_line:
+            what = f"{incident.folded} more since the last line, {incident.span()}"
+            self._emit(alert.tier, incident.line("goes on", what))
+            incident.folded = 0
+            incident.gap *= 2
+            incident.next_line = alert.step + incident.gap
+
+    def _end(self, step: int, firing: set[Key]) -> None:
+        """Ends the incidents quiet for `fold_steps` steps, and all those of
+        a previous run (`step` before their last)."""
+        if self.fold_steps is None:
+            return
+        for key, incident in list(self.open.items()):
+            quiet = step - incident.last.step
+            if quiet < 0 or (key not in firing and quiet >= self.fold_steps):
+                self._close(incident, "ended")
+                del self.open[key]
+
+    def _close(self, incident: Incident, verb: str) -> None:
+        # An incident that never repeated was said in full already.
+        if incident.count > 1:
+            self._emit(incident.first.tier, incident.line(verb, incident.span()))
+
+    def _emit(self, tier: str, line: str) -> None:
+        level = logging.CRITICAL if tier == CRITICAL else logging.WARNING
+        logger.log(level, line)
+        self.lines_logged += 1
+
+    def __repr__(self) -> str:
+        return f"IncidentLog(fold_steps={self.fold_steps!r})"
