@@ -18,6 +18,7 @@ from keras import ops
 from keras_gradmon import backend, loss_scale
 from keras_gradmon.adapters import noise_parts
 from keras_gradmon.adapters.keras3 import handed_on
+from keras_gradmon.adapters.live_state import step_counter
 from keras_gradmon.state import ValueStore
 
 
@@ -137,12 +138,11 @@ def _state_names(wrapper: Any) -> list[str | None]:
 
 
 def _step(inner: Any, of: Callable) -> Any:
-    """The inner optimizer's step (`iterations`): its update count, which
-    under gradient accumulation is the micro-step count divided by k."""
-    accumulation = getattr(inner, "gradient_accumulation_steps", None)
-    if not accumulation:
-        return of(inner.iterations)
-    return ops.floor_divide(of(inner._iterations), accumulation)
+    """The inner optimizer's step (`iterations`), from its counter's value
+    (`live_state.step_counter`)."""
+    counter, per_step = step_counter(inner)
+    count = of(counter)
+    return count if per_step == 1 else ops.floor_divide(count, per_step)
 
 
 def _values_of(variables: list, values: list) -> Callable[[Any], Any]:

@@ -58,13 +58,9 @@ class LiveState:
         """The inner optimizer's step count, read on the host (from the live
         state on JAX)."""
         live = None if self._live_state is None else self._read_live
-        inner = self.inner_optimizer
-        # Under gradient accumulation `iterations` is computed, not a
-        # variable: the update count, the micro-step count divided by k.
-        accumulation = getattr(inner, "gradient_accumulation_steps", None)
-        counter = inner._iterations if accumulation else self.iterations
+        counter, per_step = step_counter(self.inner_optimizer)
         [count] = backend.capture([counter], live, {})
-        return int(np.asarray(count)) // (accumulation or 1)
+        return int(np.asarray(count)) // per_step
 
     def _read_live(self, variables: list) -> list:
         live = self._live_state() if self._live_state is not None else None
@@ -72,3 +68,20 @@ class LiveState:
             return [v.value for v in variables]
         position = {id(v): k for k, v in enumerate(self.variables)}
         return [live[position[id(v)]] for v in variables]
+
+
+def step_counter(inner: Any) -> tuple[Any, int]:
+    """`(variable, k)`: the variable that counts `inner`'s steps, and what
+    divides it into `inner.iterations`. Under gradient accumulation
+    `iterations` is computed, not a variable: the micro-step count
+    (`_iterations`) divided by k; else it is the counter itself (k = 1).
+
+    Example:
+
+    >>> step_counter(keras.optimizers.SGD())[1]
+    1
+    """
+    accumulation = getattr(inner, "gradient_accumulation_steps", None)
+    if accumulation:
+        return inner._iterations, int(accumulation)
+    return inner.iterations, 1

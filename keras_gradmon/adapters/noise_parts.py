@@ -16,6 +16,7 @@ from typing import Any
 from keras import ops
 
 from keras_gradmon import backend
+from keras_gradmon.adapters.live_state import step_counter
 from keras_gradmon.signals.parts import MicroBatches, Replicas
 
 
@@ -43,7 +44,8 @@ def micro_batches(
         return total
 
     # The micro-step count (`iterations` counts updates when accumulating).
-    micro_step = ops.cast(read(inner._iterations), backend.step_dtype())
+    counter, _ = step_counter(inner)
+    micro_step = ops.cast(read(counter), backend.step_dtype())
     completes = ops.equal(ops.mod(micro_step + 1, k), 0)
     return MicroBatches(int(k), completes, mean_sq)
 

@@ -47,6 +47,7 @@ from keras_gradmon import _validation
 from keras_gradmon._validation import switch_option
 from keras_gradmon.backend import Tensor
 from keras_gradmon.clipping.base import StateSpec
+from keras_gradmon.signals.values import initial_values
 
 __all__ = [
     "TOTALS",
@@ -165,10 +166,7 @@ class NoiseScale:
 
     def initial_state(self) -> dict[str, Tensor]:
         """The state's initial values as tensors (for tests and examples)."""
-        return {
-            key: ops.full(shape, initial, dtype)
-            for key, (shape, dtype, initial) in self.state_spec().items()
-        }
+        return initial_values(self.state_spec())
 
     def update(
         self, values: dict[str, Any], part_sq_mean: Any, big_sq: Any, parts: Any
