@@ -30,7 +30,7 @@ from keras_gradmon.alerts.nonfinite import NonFiniteRule
 from keras_gradmon.alerts.spike import SpikeRule
 from keras_gradmon.alerts.threshold import ThresholdRule
 from keras_gradmon.alerts.update_ratio import UpdateRatioRule
-from keras_gradmon.alerts.vanishing import VanishingRule
+from keras_gradmon.alerts.vanishing import VanishingLayersRule, VanishingRule
 
 __all__ = [
     "CRITICAL",
@@ -53,6 +53,7 @@ __all__ = [
     "SpikeRule",
     "ThresholdRule",
     "UpdateRatioRule",
+    "VanishingLayersRule",
     "VanishingRule",
     "default_activation_rules",
     "default_rules",

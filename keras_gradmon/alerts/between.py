@@ -8,7 +8,7 @@ import dataclasses
 
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.events import Alert
-from keras_gradmon.alerts.spike import SpikeRule, _LogMoments
+from keras_gradmon.alerts.spike import SpikeRule
 from keras_gradmon.tag_parsing import GLOBAL
 
 #: The metric (tag statistic) of the norms between summaries:
@@ -29,25 +29,27 @@ class IntervalSpikeRule(SpikeRule):
     largest pre-clip global gradient norm of the steps since the previous
     summary (that summary's step included), and `spikes/max_step`, the
     step it was seen at. This rule keeps its own log-space history of those
-    maxima and flags one far above it, exactly as `SpikeRule` does; the
+    maxima (over `window` steps) and flags one far above it, exactly as
+    `SpikeRule` does; the
     alert is dated at the step of the max and is a "spike" alert of
     subject "global" (it shares a `RateLimiter` cooldown with the global
     norm's spike rule). A max seen at the summary's own step is left to the
     spike rule on `grad_norm/global`, which sees it too (no double alert).
 
     Args:
-        z_threshold, decay, warmup, min_log_std, hint: As for `SpikeRule`.
+        z_threshold, window, warmup, min_samples, min_log_std, hint: As
+            for `SpikeRule`.
         metric: Metric to read; default "spikes" (its subjects "max_norm"
             and "max_step").
 
     Example:
 
-    >>> rule = IntervalSpikeRule(warmup=5)
-    >>> for s in range(1, 7):
+    >>> rule = IntervalSpikeRule(warmup=500)
+    >>> for s in range(1, 12):
     ...     _ = rule.update(100 * s, {"max_norm": 1.0 + 0.1 * (s % 2),
     ...                               "max_step": 100.0 * s - 50})
-    >>> [a.step for a in rule.update(700, {"max_norm": 50.0, "max_step": 637.0})]
-    [637]
+    >>> [a.step for a in rule.update(1200, {"max_norm": 50.0, "max_step": 1137.0})]
+    [1137]
     """
 
     default_metric = SPIKES
@@ -55,18 +57,20 @@ class IntervalSpikeRule(SpikeRule):
     def __init__(
         self,
         z_threshold: float = 6.0,
-        decay: float = 0.98,
-        warmup: int = 20,
+        window: int = 1000,
+        warmup: int = 100,
         *,
+        min_samples: int = 10,
         min_log_std: float = 0.15,
         hint: str | None = None,
         metric: str | None = None,
     ) -> None:
         super().__init__(
             z_threshold,
-            decay,
+            window,
             warmup,
             r"^max_(norm|step)$",
+            min_samples=min_samples,
             min_log_std=min_log_std,
             hint=hint,
             metric=metric,
@@ -76,8 +80,7 @@ class IntervalSpikeRule(SpikeRule):
         norm, at = values.get("max_norm"), values.get("max_step")
         if norm is None or norm <= 0:
             return []
-        moments = self._moments.setdefault(GLOBAL, _LogMoments())
-        alert = self._observe(step, GLOBAL, norm, moments)
+        alert = self._observe(step, GLOBAL, norm)
         at = step if at is None else int(at)
         if alert is None or at == step:
             return []

@@ -12,6 +12,7 @@ from keras_gradmon.alerts.nonfinite import NonFiniteRule
 from keras_gradmon.alerts.spike import SpikeRule
 from keras_gradmon.alerts.threshold import ThresholdRule
 from keras_gradmon.alerts.update_ratio import UpdateRatioRule
+from keras_gradmon.alerts.vanishing import VanishingLayersRule
 
 #: The subject filter of the default growth and spike rules.
 GLOBAL_ONLY = r"^global$"
@@ -20,10 +21,12 @@ GLOBAL_ONLY = r"^global$"
 def default_rules() -> dict[str, Rule]:
     """Returns fresh default rules, keyed by name.
 
-    The set catches NaN/Inf gradients in any variable (critical), a 10x
-    growth of the global norm within 3 summaries and spikes of about 2.5x or
-    more above its recent level, and stays silent on healthy runs whose
-    norms fluctuate by +-30% around a slowly moving level. It holds no
+    The set catches NaN/Inf gradients in any variable (critical), a global
+    norm 10 times its level (the median of its last 1,000 steps) and spikes
+    of 2.5x or more above that level (more for a noisy norm: 6 standard
+    deviations of its log), and stays silent on healthy runs, noisy ones
+    included. Windows and warm-ups are in steps, so the rules mean the same
+    at every summary frequency. It holds no
     `ThresholdRule` (absolute scales are model-specific) and no
     `VanishingRule` (a legitimate norm can be tiny, or 0 for a variable the
     loss does not reach); add them with values that fit the model.
@@ -50,11 +53,14 @@ def default_rules() -> dict[str, Rule]:
         # Growth and spikes on the global norm only: the norm of one small
         # variable (a bias) swings by 10x between minibatches in healthy
         # training. Add rules with `subjects=` for groups or variables.
-        "growth": GrowthRule(factor=10.0, window=3, subjects=GLOBAL_ONLY),
-        "spike": SpikeRule(
-            z_threshold=6.0, decay=0.98, warmup=20, subjects=GLOBAL_ONLY
+        "growth": GrowthRule(
+            factor=10.0, window=1000, warmup=100, subjects=GLOBAL_ONLY
         ),
-        "interval_spike": IntervalSpikeRule(z_threshold=6.0, decay=0.98, warmup=20),
+        "spike": SpikeRule(
+            z_threshold=6.0, window=1000, warmup=100, subjects=GLOBAL_ONLY
+        ),
+        "vanishing_layers": VanishingLayersRule(ratio=1e-5, patience=100),
+        "interval_spike": IntervalSpikeRule(z_threshold=6.0, window=1000, warmup=100),
         "skipped_spike": SkippedSpikeRule(),
         "clip_fraction": ClipFractionRule(window=1000, fraction=0.5),
         "update_ratio": UpdateRatioRule(low=1e-7, high=1e-1, steps=1000),

@@ -1,28 +1,33 @@
-"""`GrowthRule`: a value many times its recent minimum."""
+"""`GrowthRule`: a value many times its run's own level."""
 
 from __future__ import annotations
-
-from collections import deque
 
 from keras_gradmon import _validation
 from keras_gradmon.alerts.base import EXPLOSION_HINT, Rule
 from keras_gradmon.alerts.events import Alert, format_number
+from keras_gradmon.alerts.level import RunningLevel
 
 
 class GrowthRule(Rule):
-    """Warns when a value is `factor` times the minimum of the last `window`.
+    """Warns when a value is `factor` times its level over the last steps.
 
     This is the shape of an explosion (5,191 -> 130,486 -> 826,256) and,
-    unlike a threshold, needs no model-specific scale. The minimum is taken
-    over the positive values among the previous `window` summaries of the
-    subject (fewer at the start of training, but at least one): a zero norm,
-    e.g. a variable not yet reached by the loss, would otherwise make any
-    later value infinite growth. The rule reports on every summary the
-    condition holds, so an explosion that keeps growing keeps firing.
+    unlike a threshold, needs no model-specific scale. The level is the
+    median of the subject's values over the previous `window` steps (at
+    least its last 20 summaries; see `RunningLevel`), so it is the run's own
+    scale: neither one small norm (a batch the model already fits) nor the
+    noise of a loss near zero makes ordinary values look like growth. The
+    rule judges a subject once its history spans `warmup` steps; with
+    summaries every 100 steps that is the second summary. It reports on
+    every summary the condition holds, so an explosion that keeps growing
+    keeps firing (the console folds the repeats into an incident); a level
+    that stays 10x higher becomes the new normal once it fills half the
+    window.
 
     Args:
         factor: Growth ratio that triggers the warning (> 1).
-        window: How many previous summaries the minimum is taken over.
+        window: Steps of history the level is the median of.
+        warmup: Steps of history a subject needs before it is judged.
         subjects: Regex of subjects to check (`re.search`); None for all.
         hint: Overrides the default hint.
         metric: Metric to read; default "grad_norm".
@@ -43,7 +48,8 @@ class GrowthRule(Rule):
     def __init__(
         self,
         factor: float = 10.0,
-        window: int = 3,
+        window: int = 1000,
+        warmup: int = 100,
         subjects: str | None = None,
         *,
         hint: str | None = None,
@@ -52,49 +58,51 @@ class GrowthRule(Rule):
         super().__init__(subjects=subjects, hint=hint, metric=metric)
         self.factor = _validation.greater_than_one("factor", factor)
         self.window = _validation.positive_int("window", window)
-        self._recent: dict[str, deque[float]] = {}
+        self.warmup = _validation.positive_int("warmup", warmup)
+        self._levels: dict[str, RunningLevel] = {}
 
     def reset(self) -> None:
         super().reset()
-        self._recent.clear()
+        self._levels.clear()
 
     def _evaluate(self, step: int, values: dict[str, float]) -> list[Alert]:
         alerts = []
         for subject, value in values.items():
-            recent = self._recent.setdefault(subject, deque(maxlen=self.window))
-            positive = [v for v in recent if v > 0]
-            previous = len(recent)
-            recent.append(value)
-            if not positive:
-                continue
-            minimum = min(positive)
-            threshold = self.factor * minimum
-            if value < threshold:
-                continue
-            ratio = value / minimum
-            span = "summary" if previous == 1 else f"{previous} summaries"
-            alerts.append(
-                self._alert(
-                    step,
-                    subject,
-                    value,
-                    threshold,
-                    context=(
-                        f" ({format_number(ratio)}x the minimum "
-                        f"{format_number(minimum)} of the previous {span})"
-                    ),
-                    details={
-                        "ratio": ratio,
-                        "minimum": minimum,
-                        "factor": self.factor,
-                        "window": self.window,
-                    },
-                )
-            )
+            level = self._levels.setdefault(subject, RunningLevel(self.window))
+            if value > 0 and level.span(step) >= self.warmup:
+                alert = self._judge(step, subject, value, level)
+                if alert is not None:
+                    alerts.append(alert)
+            level.add(step, value)
         return alerts
+
+    def _judge(
+        self, step: int, subject: str, value: float, level: RunningLevel
+    ) -> Alert | None:
+        typical = level.value()
+        threshold = self.factor * typical
+        if value < threshold:
+            return None
+        ratio = value / typical
+        return self._alert(
+            step,
+            subject,
+            value,
+            threshold,
+            context=(
+                f" ({format_number(ratio)}x its level {format_number(typical)}, "
+                f"the median of the previous {level.span(step)} steps)"
+            ),
+            details={
+                "ratio": ratio,
+                "level": typical,
+                "factor": self.factor,
+                "window": self.window,
+            },
+        )
 
     def __repr__(self) -> str:
         return (
             f"GrowthRule(factor={self.factor!r}, window={self.window!r}, "
-            f"subjects={self.subjects!r})"
+            f"warmup={self.warmup!r}, subjects={self.subjects!r})"
         )

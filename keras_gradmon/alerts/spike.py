@@ -3,34 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from keras_gradmon import _validation
 from keras_gradmon.alerts.base import EXPLOSION_HINT, Rule
 from keras_gradmon.alerts.events import Alert, format_number
-
-
-@dataclass
-class _LogMoments:
-    """Exponentially weighted mean and variance of log(value)."""
-
-    count: int = 0
-    mean: float = 0.0
-    var: float = 0.0
-
-    def weight(self, decay: float) -> float:
-        # 1/n until the window is full: the first summaries then get a plain
-        # running mean/variance instead of one biased towards the first value
-        # (an EMA started at x0 with weight 1 - decay underestimates the
-        # variance by a factor 1 - decay**n early on).
-        return max(1.0 - decay, 1.0 / (self.count + 1))
-
-    def fold(self, y: float, decay: float) -> None:
-        alpha = self.weight(decay)
-        diff = y - self.mean
-        self.mean += alpha * diff
-        self.var = (1.0 - alpha) * (self.var + alpha * diff * diff)
-        self.count += 1
+from keras_gradmon.alerts.level import RunningLevel
 
 
 def _exp(x: float) -> float:
@@ -41,47 +18,49 @@ def _exp(x: float) -> float:
 
 
 class SpikeRule(Rule):
-    """Warns when a value jumps far above its exponentially weighted history.
+    """Warns when a value jumps far above the spread of its recent history.
 
-    Statistics are kept on log(value): gradient norms are heavy-tailed and
-    vary multiplicatively (a 2x jump means the same at norm 0.01 as at
-    1,000), so in log space the noise is roughly symmetric and a fixed
-    z-score means a fixed ratio. Only upward spikes are reported; values
-    <= 0 have no log and are skipped.
+    The statistics are those of log(value) over the previous `window` steps
+    (`RunningLevel`): gradient norms are heavy-tailed and vary
+    multiplicatively (a 2x jump means the same at norm 0.01 as at 1,000),
+    so in log space a fixed z-score means a fixed ratio. The z-score is
+    taken from the median, the run's robust level, in units of the standard
+    deviation, which includes the heavy tail of a noisy run: a run whose
+    norm often jumps 5x between batches is judged on that scale. The std is
+    floored at `min_log_std` (0.15 is about a +-15% spread), so that a long
+    quiet stretch does not make ordinary noise a spike; at the defaults a
+    spike is then at least exp(6 * 0.15) = 2.5 times the level. Only upward
+    spikes are reported; values <= 0 have no log and are skipped, and a
+    value far below the level enters the history at the lower edge of the
+    spread (median - `z_threshold` std), so that one near-zero norm cannot
+    widen the spread and hide the next spike.
 
-    After `warmup` observations of a subject, the z-score of the new value
-    against the moving log-mean and log-std is computed; above `z_threshold`
-    a warning is emitted with `threshold` = the value at which z would equal
-    `z_threshold`. The std is floored at `min_log_std` so a long quiet
-    stretch does not make the rule fire on ordinary noise (0.15 is about a
-    +-15% spread).
-
-    A spiking value is not folded in at full weight, or a sustained
-    explosion would hide itself within a few summaries. An outlier (|z| above
-    `z_threshold`, either direction) moves the mean as if it sat at the
-    threshold (mean +- z_threshold * std) and leaves the variance untouched:
-    the baseline then creeps at a bounded pace, so a lasting level shift
-    (e.g. the end of learning-rate warm-up) is reported for a while and then
-    accepted as the new normal, and a sudden drop (a near-zero norm) cannot
-    inflate the variance and mask the next spike. Values seen during warm-up
-    are folded in fully.
+    A subject is judged once its history spans `warmup` steps and holds at
+    least `min_samples` summaries (a spread needs a few samples): from step
+    100 with summaries every step, from the eleventh summary with summaries
+    every 100 steps. A
+    spiking value enters the history like any other: one spike barely moves
+    the median, and a level that stays higher becomes the new normal once
+    it fills half the window.
 
     Args:
         z_threshold: z-score (in log space) above which a value is a spike.
-        decay: Weight kept by the old statistics on each update; the
-            effective window is about 1 / (1 - decay) summaries.
-        warmup: Observations of a subject before it can be flagged.
+        window: Steps of history the level and spread are taken over (at
+            least the last 20 summaries are kept).
+        warmup: Steps of history a subject needs before it is judged.
         subjects: Regex of subjects to check (`re.search`); None for all.
+        min_samples: Summaries of history a subject needs before it is
+            judged.
         min_log_std: Lower bound on the log-space std used for z-scores.
         hint: Overrides the default hint.
         metric: Metric to read; default "grad_norm".
 
     Example:
 
-    >>> rule = SpikeRule(warmup=5)
-    >>> [rule.update(s, {"global": 1.0 + 0.1 * (s % 2)}) for s in range(6)][-1]
-    []
-    >>> [a.rule for a in rule.update(6, {"global": 20.0})]
+    >>> rule = SpikeRule()
+    >>> for s in range(0, 110, 10):
+    ...     _ = rule.update(s, {"global": 1.0 + 0.1 * (s % 20 == 0)})
+    >>> [a.rule for a in rule.update(110, {"global": 20.0})]
     ['spike']
     """
 
@@ -91,72 +70,74 @@ class SpikeRule(Rule):
     def __init__(
         self,
         z_threshold: float = 6.0,
-        decay: float = 0.98,
-        warmup: int = 20,
+        window: int = 1000,
+        warmup: int = 100,
         subjects: str | None = None,
         *,
+        min_samples: int = 10,
         min_log_std: float = 0.15,
         hint: str | None = None,
         metric: str | None = None,
     ) -> None:
         super().__init__(subjects=subjects, hint=hint, metric=metric)
+        self.min_samples = _validation.positive_int("min_samples", min_samples)
         self.z_threshold = _validation.positive_finite("z_threshold", z_threshold)
-        self.decay = _validation.open_unit_interval("decay", decay)
+        self.window = _validation.positive_int("window", window)
         self.warmup = _validation.positive_int("warmup", warmup)
         self.min_log_std = _validation.positive_finite("min_log_std", min_log_std)
-        self._moments: dict[str, _LogMoments] = {}
+        self._levels: dict[str, RunningLevel] = {}
 
     def reset(self) -> None:
         super().reset()
-        self._moments.clear()
+        self._levels.clear()
 
     def _evaluate(self, step: int, values: dict[str, float]) -> list[Alert]:
         alerts = []
         for subject, value in values.items():
-            if value <= 0:
-                continue
-            moments = self._moments.setdefault(subject, _LogMoments())
-            alert = self._observe(step, subject, value, moments)
+            alert = self._observe(step, subject, value)
             if alert is not None:
                 alerts.append(alert)
         return alerts
 
-    def _observe(
-        self, step: int, subject: str, value: float, moments: _LogMoments
+    def _observe(self, step: int, subject: str, value: float) -> Alert | None:
+        """Judges `value` against the subject's history, then adds it."""
+        if value <= 0:
+            return None
+        level = self._levels.setdefault(subject, RunningLevel(self.window))
+        if len(level) < self.min_samples or level.span(step) < self.warmup:
+            level.add(step, value)
+            return None
+        center = level.log_median()
+        std = max(level.log_std(), self.min_log_std)
+        alert = self._judge(step, subject, value, center, std)
+        # A drop enters the history at the lower edge of the spread, so
+        # that one near-zero norm cannot widen it and hide the next spike.
+        level.add(step, max(value, _exp(center - self.z_threshold * std)))
+        return alert
+
+    def _judge(
+        self, step: int, subject: str, value: float, center: float, std: float
     ) -> Alert | None:
-        y = math.log(value)
-        if moments.count < self.warmup:
-            moments.fold(y, self.decay)
+        z = (math.log(value) - center) / std
+        if z <= self.z_threshold:
             return None
-        std = max(math.sqrt(moments.var), self.min_log_std)
-        z = (y - moments.mean) / std
-        if abs(z) <= self.z_threshold:
-            moments.fold(y, self.decay)
-            return None
-        baseline = moments.mean
-        # Outliers move the mean as if they sat at the threshold and leave
-        # the variance alone (see the class docstring).
-        clipped = math.copysign(self.z_threshold * std, z)
-        moments.mean += moments.weight(self.decay) * clipped
-        moments.count += 1
-        if z < 0:
-            return None
-        level = _exp(baseline)
+        typical = _exp(center)
         return self._alert(
             step,
             subject,
             value,
-            _exp(baseline + self.z_threshold * std),
+            _exp(center + self.z_threshold * std),
             context=(
-                f" (z = {z:.3g} > {self.z_threshold:g} against a moving level "
-                f"of {format_number(level)})"
+                f" (z = {z:.3g} > {self.z_threshold:g} against a level of "
+                f"{format_number(typical)}, the median of the previous "
+                f"{self._levels[subject].span(step)} steps)"
             ),
-            details={"z": z, "level": level, "log_mean": baseline, "log_std": std},
+            details={"z": z, "level": typical, "log_median": center, "log_std": std},
         )
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(z_threshold={self.z_threshold!r}, "
-            f"decay={self.decay!r}, warmup={self.warmup!r}, "
+            f"window={self.window!r}, warmup={self.warmup!r}, "
             f"subjects={self.subjects!r})"
         )

@@ -80,8 +80,8 @@ def all_rules():
         ThresholdRule(warning=1.0, critical=100.0, critical_patience=2),
         VanishingRule(floor=1e-3, patience=2),
         NonFiniteRule(),
-        SpikeRule(warmup=1, decay=0.5),
-        GrowthRule(factor=2.0, window=2),
+        SpikeRule(window=20, warmup=1, min_samples=2),
+        GrowthRule(factor=2.0, window=2, warmup=1),
     ]
 
 

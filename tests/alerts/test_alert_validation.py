@@ -102,17 +102,12 @@ CASES = [
         lambda: SpikeRule(z_threshold=-6.0),
         f"`z_threshold` {POSITIVE}. Received: z_threshold=-6.0",
     ),
-    *[
-        (
-            lambda d=d: SpikeRule(decay=d),
-            f"`decay` must be a number strictly between 0 and 1. Received: decay={d}",
-        )
-        for d in (0, 1, 1.5, -0.5)
-    ],
+    (lambda: SpikeRule(window=0), f"`window` {POSITIVE_INT}. Received: window=0"),
     (
-        lambda: SpikeRule(decay=math.nan),
-        "`decay` must be a number strictly between 0 and 1. Received: decay=nan",
+        lambda: SpikeRule(min_samples=1.5),
+        f"`min_samples` {POSITIVE_INT}. Received: min_samples=1.5",
     ),
+    (lambda: GrowthRule(warmup=-1), f"`warmup` {POSITIVE_INT}. Received: warmup=-1"),
     (lambda: SpikeRule(warmup=0), f"`warmup` {POSITIVE_INT}. Received: warmup=0"),
     (lambda: SpikeRule(warmup=2.0), f"`warmup` {POSITIVE_INT}. Received: warmup=2.0"),
     (
@@ -169,6 +164,6 @@ def test_invalid_argument_is_rejected(build, message):
 def test_valid_arguments_are_stored_as_numbers():
     rule = ThresholdRule(warning=10, critical=50, critical_patience=3)
     assert (rule.warning, rule.critical, rule.critical_patience) == (10.0, 50.0, 3)
-    spike = SpikeRule(z_threshold=4, decay=0.9, warmup=1)
-    assert (spike.z_threshold, spike.decay, spike.warmup) == (4.0, 0.9, 1)
+    spike = SpikeRule(z_threshold=4, window=50, warmup=1)
+    assert (spike.z_threshold, spike.window, spike.warmup) == (4.0, 50, 1)
     assert RateLimiter(cooldown_steps=0).cooldown_steps == 0
