@@ -16,16 +16,9 @@ with the frequency.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return 0.5 * (ordered[middle - 1] + ordered[middle])
 
 
 class RunningLevel:
@@ -55,20 +48,31 @@ class RunningLevel:
         self.min_samples = min_samples
         self.stride = max(1, window // max_samples)
         self._samples: deque[tuple[int, float]] = deque()
+        # The same logs in order (the median in O(1)) and their sums (the
+        # std in O(1)): a rule judges every summary of every subject.
+        self._sorted: list[float] = []
+        self._sum = 0.0
+        self._sum_sq = 0.0
 
     def add(self, step: int, value: float) -> None:
         """Takes a finite, positive `value` seen at `step` (others are
         ignored: they have no log)."""
         if not (value > 0 and math.isfinite(value)):
             return
-        if self._samples and step - self._samples[-1][0] < self.stride:
-            return
-        self._samples.append((step, math.log(value)))
+        if not self._samples or step - self._samples[-1][0] >= self.stride:
+            y = math.log(value)
+            self._samples.append((step, y))
+            bisect.insort(self._sorted, y)
+            self._sum += y
+            self._sum_sq += y * y
         while (
             len(self._samples) > self.min_samples
             and step - self._samples[0][0] > self.window
         ):
-            self._samples.popleft()
+            _, old = self._samples.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, old)]
+            self._sum -= old
+            self._sum_sq -= old * old
 
     def span(self, step: int) -> int:
         """Steps from the oldest sample kept to `step` (0 with none)."""
@@ -76,7 +80,10 @@ class RunningLevel:
 
     def log_median(self) -> float:
         """The median of log(value) over the samples kept."""
-        return _median([y for _, y in self._samples])
+        ordered, middle = self._sorted, len(self._sorted) // 2
+        if len(ordered) % 2:
+            return ordered[middle]
+        return 0.5 * (ordered[middle - 1] + ordered[middle])
 
     def value(self) -> float:
         """The level itself: exp of the median of log(value)."""
@@ -84,9 +91,9 @@ class RunningLevel:
 
     def log_std(self) -> float:
         """The standard deviation of log(value) over the samples kept."""
-        ys = [y for _, y in self._samples]
-        mean = sum(ys) / len(ys)
-        return math.sqrt(sum((y - mean) ** 2 for y in ys) / len(ys))
+        count = len(self._samples)
+        mean = self._sum / count
+        return math.sqrt(max(self._sum_sq / count - mean * mean, 0.0))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RunningLevel):
