@@ -9,20 +9,25 @@ from keras_gradmon.alerts.level import RunningLevel
 
 
 class GrowthRule(Rule):
-    """Warns when a value is `factor` times its level over the last steps.
+    """Warns when a value is `factor` times its level over the last steps
+    and above every value of those steps.
 
     This is the shape of an explosion (5,191 -> 130,486 -> 826,256) and,
     unlike a threshold, needs no model-specific scale. The level is the
     median of the subject's values over the previous `window` steps (at
     least its last 20 summaries; see `RunningLevel`), so it is the run's own
-    scale: neither one small norm (a batch the model already fits) nor the
-    noise of a loss near zero makes ordinary values look like growth. The
-    rule judges a subject once its history spans `warmup` steps; with
-    summaries every 100 steps that is the second summary. It reports on
+    scale: one small norm (a batch the model already fits) does not make
+    ordinary values look like growth. Near convergence the median falls
+    far below the occasional hard batch (a transformer at a loss of 1e-4:
+    norms 100x their median every few dozen steps); a value must also be a
+    new high of the window, which an explosion is at every step and that
+    heavy tail is not. The rule judges a subject once its history spans
+    `warmup` steps; with summaries every 100 steps that is the second
+    summary. It reports on
     every summary the condition holds, so an explosion that keeps growing
-    keeps firing (the console folds the repeats into an incident); a level
-    that stays 10x higher becomes the new normal once it fills half the
-    window.
+    keeps firing (the console folds the repeats into an incident), and a
+    jump to a plateau is said once; the plateau becomes the new normal once
+    it fills half the window.
 
     Args:
         factor: Growth ratio that triggers the warning (> 1).
@@ -79,23 +84,24 @@ class GrowthRule(Rule):
     def _judge(
         self, step: int, subject: str, value: float, level: RunningLevel
     ) -> Alert | None:
-        typical = level.value()
-        threshold = self.factor * typical
-        if value < threshold:
+        typical, peak = level.value(), level.peak()
+        if value < self.factor * typical or value <= peak:
             return None
         ratio = value / typical
         return self._alert(
             step,
             subject,
             value,
-            threshold,
+            max(self.factor * typical, peak),
             context=(
                 f" ({format_number(ratio)}x its level {format_number(typical)}, "
-                f"the median of the previous {level.span(step)} steps)"
+                f"the median of the previous {level.span(step)} steps, and above "
+                f"their largest, {format_number(peak)})"
             ),
             details={
                 "ratio": ratio,
                 "level": typical,
+                "peak": peak,
                 "factor": self.factor,
                 "window": self.window,
             },

@@ -11,7 +11,9 @@ summaries, so a rule means the same at `every_n_steps=1` and at 100; at
 least `min_samples` summaries are kept whatever their age (sparse summaries
 still give a spread), and at most `max_samples` (denser summaries are
 thinned to one per `window / max_samples` steps), so the cost does not grow
-with the frequency.
+with the frequency. Beside them it keeps the largest value of the same
+steps (every value, thinned or not), so a rule can tell a new high from the
+heavy tail the run has already shown.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ class RunningLevel:
     >>> level = RunningLevel(window=100)
     >>> for step, value in [(1, 1.0), (2, 4.0), (3, 2.0)]:
     ...     level.add(step, value)
-    >>> round(level.value(), 6), level.span(4), len(level)
-    (2.0, 3, 3)
+    >>> round(level.value(), 6), round(level.peak(), 6), level.span(4), len(level)
+    (2.0, 4.0, 3, 3)
     """
 
     def __init__(
@@ -53,14 +55,20 @@ class RunningLevel:
         self._sorted: list[float] = []
         self._sum = 0.0
         self._sum_sq = 0.0
+        # Every value's log since the oldest sample kept, each smaller than
+        # the one before it: the first is the largest (a monotonic queue).
+        self._peaks: deque[tuple[int, float]] = deque()
 
     def add(self, step: int, value: float) -> None:
         """Takes a finite, positive `value` seen at `step` (others are
         ignored: they have no log)."""
         if not (value > 0 and math.isfinite(value)):
             return
+        y = math.log(value)
+        while self._peaks and self._peaks[-1][1] <= y:
+            self._peaks.pop()
+        self._peaks.append((step, y))
         if not self._samples or step - self._samples[-1][0] >= self.stride:
-            y = math.log(value)
             self._samples.append((step, y))
             bisect.insort(self._sorted, y)
             self._sum += y
@@ -73,6 +81,8 @@ class RunningLevel:
             del self._sorted[bisect.bisect_left(self._sorted, old)]
             self._sum -= old
             self._sum_sq -= old * old
+        while self._peaks[0][0] < self._samples[0][0]:
+            self._peaks.popleft()
 
     def span(self, step: int) -> int:
         """Steps from the oldest sample kept to `step` (0 with none)."""
@@ -89,6 +99,11 @@ class RunningLevel:
         """The level itself: exp of the median of log(value)."""
         return math.exp(self.log_median())
 
+    def peak(self) -> float:
+        """The largest value seen since the oldest sample kept (every value
+        counts, also those the thinning left out of the samples)."""
+        return math.exp(self._peaks[0][1])
+
     def log_std(self) -> float:
         """The standard deviation of log(value) over the samples kept."""
         count = len(self._samples)
@@ -98,12 +113,9 @@ class RunningLevel:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, RunningLevel):
             return NotImplemented
-        return (self.window, self.min_samples, self.stride, self._samples) == (
-            other.window,
-            other.min_samples,
-            other.stride,
-            other._samples,
-        )
+        mine = (self.window, self.min_samples, self.stride, self._samples)
+        theirs = (other.window, other.min_samples, other.stride, other._samples)
+        return mine == theirs and self._peaks == other._peaks
 
     def __len__(self) -> int:
         return len(self._samples)

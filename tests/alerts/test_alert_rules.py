@@ -265,20 +265,24 @@ def test_spike_a_drop_does_not_widen_the_spread():
 
 
 def test_spike_sustained_explosion_is_a_spike_then_growth():
-    # The spike rule flags the jump; as the new values fill the window the
-    # spread widens and the growth rule, which judges the median, is the
-    # one that keeps reporting a level 100x higher, for half the window.
+    # The spike rule flags the jump to a plateau 100x higher for a few steps
+    # (then the spread widens); the growth rule says the jump once, since
+    # the plateau makes no new high, and a climb at every step it keeps
+    # reporting, well after the spread has swallowed the spike rule's z.
     spike, growth = SpikeRule(window=200), GrowthRule(window=200)
+    climb = GrowthRule(window=200)
     for step in range(200):
-        spike.update(step, {"global": 1.0})
-        growth.update(step, {"global": 1.0})
+        for rule in (spike, growth, climb):
+            rule.update(step, {"global": 1.0})
     spikes = [bool(spike.update(200 + i, {"global": 100.0})) for i in range(300)]
     grows = [bool(growth.update(200 + i, {"global": 100.0})) for i in range(300)]
+    climbs = [
+        bool(climb.update(200 + i, {"global": 100.0 * 1.05**i})) for i in range(90)
+    ]
     assert spikes[:3] == [True] * 3
     assert not any(spikes[20:])
-    first_quiet = grows.index(False)
-    assert 95 <= first_quiet <= 105  # the level moves at half the window
-    assert all(grows[:first_quiet]) and not any(grows[first_quiet:])
+    assert grows == [True] + [False] * 299
+    assert all(climbs)  # at 90 steps the median is still 1.0
 
 
 def test_spike_statistics_are_per_subject():
@@ -303,10 +307,11 @@ def test_growth_explosion_fires_at_the_documented_steps():
     assert third[0].threshold == pytest.approx(10 * level, rel=1e-12)
     assert second[0].details["ratio"] == pytest.approx(25.137, abs=1e-3)
     assert third[0].details["ratio"] == pytest.approx(826_256.0 / level, rel=1e-12)
+    assert third[0].details["peak"] == pytest.approx(130_486.0, rel=1e-12)
     assert third[0].message.startswith(
         "WARNING gradient growth at step 300: grad_norm of 'global' = 826,256 >= "
         "260,260 (31.75x its level 26,026, the median of the previous 200 "
-        "steps). Hint:"
+        "steps, and above their largest, 130,486). Hint:"
     )
 
 

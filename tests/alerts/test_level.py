@@ -15,9 +15,11 @@ def test_median_and_std_of_the_window_match_numpy(every, window):
     rng = np.random.default_rng(every)
     level = RunningLevel(window)
     kept: list[tuple[int, float]] = []
+    seen: list[tuple[int, float]] = []
     for step in range(0, 30_000, every):
         value = float(rng.lognormal(-10.0 + step / 3_000, 0.5))
         level.add(step, value)
+        seen.append((step, value))
         # The reference: one sample per stride, those of the last `window`
         # steps, or the last 20 summaries kept when they span more.
         if not kept or step - kept[-1][0] >= level.stride:
@@ -30,6 +32,9 @@ def test_median_and_std_of_the_window_match_numpy(every, window):
             assert level.log_median() == float(np.median(logs))
             assert level.log_std() == pytest.approx(float(np.std(logs)), rel=1e-9)
             assert level.span(step + 1) == step + 1 - kept[0][0]
+            # The peak: every value since the oldest sample, thinned or not.
+            since = [v for s, v in seen if s >= kept[0][0]]
+            assert level.peak() == pytest.approx(max(since), rel=1e-12)
     assert len(level) <= 20 + window // level.stride + 1
     assert level.stride == 3  # 1000 // 256
 
