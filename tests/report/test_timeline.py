@@ -5,7 +5,10 @@ under the norm plot in the HTML."""
 from __future__ import annotations
 
 import base64
+import doctest
+import importlib
 import io
+import itertools
 import json
 import logging
 import re
@@ -112,18 +115,92 @@ def test_the_text_shows_at_most_ten_incidents_and_counts_the_others():
     ]  # fmt: skip
 
 
-def test_rl_alerts_get_their_timeline_too(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "module",
+    [
+        "keras_gradmon.report.timeline",
+        "keras_gradmon.report.render",
+        "keras_gradmon.report.plots",
+    ],
+)
+def test_docstring_examples_hold(module):
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.failed == 0
+    assert result.attempted > 0
+
+
+def test_the_plot_draws_twelve_lanes_and_counts_the_others():
+    from keras_gradmon.report.plots import (
+        MAX_LANES,
+        draw_timeline,
+        pyplot,
+        timeline_lanes,
+    )
+
+    alerts = [_alert(s, subject=f"layer_{s // 5 % 15}") for s in range(0, 300, 5)]
+    timeline = alert_timeline([a.to_dict() for a in alerts])
+    lanes = timeline_lanes(timeline)
+    assert len(lanes) == 15 and all(len(i) == 1 for i in lanes.values())
+    assert [i.count for (i,) in lanes.values()] == [4] * 15
+    figure, axes = pyplot().subplots()
+    draw_timeline(axes, timeline, lanes)
+    labels = [label.get_text() for label in axes.get_yticklabels()]
+    assert labels == [f"growth: layer_{i}" for i in range(MAX_LANES)]
+    assert axes.get_title().endswith("; 3 more lane(s) in the table")
+    bars = [bar.get_paths()[0].get_extents() for bar in axes.collections]
+    # Lane i: steps 5 * i to 5 * i + 225 (every 75 steps, not 100 quiet).
+    assert [(b.x0, b.x1) for b in bars] == [(5 * i, 5 * i + 225) for i in range(12)]
+    pyplot().close(figure)
+
+
+def _timeline_rows(out, title):
+    """The split rows under the timeline's header in section `title`."""
+    section = out.split(f"== {title} ==\n")[1].split("\n== ")[0]
+    lines = section.split("alert timeline (")[1].splitlines()
+    assert lines[1].split() == ["tier", "rule", "subject", "first", "last",
+                                "count", "worst"]  # fmt: skip
+    rows = itertools.takewhile(lambda line: line.startswith("  "), lines[2:])
+    return [row.split() for row in rows]
+
+
+def test_alerts_of_every_monitor_get_a_timeline(tmp_path, capsys):
+    """Gradient and activation alerts (`alert_log/all`), a scoped optimizer's
+    (`alert_log/actor/all`) and an RL agent's (`alert_log/rl/all`)."""
+    written = {
+        "alert_log/all": [
+            _alert(5, 0.1, rule="band", subject="mlp/hidden",
+                   metric="activation_std", comparison="<"),
+            _alert(6, 0.05, rule="band", subject="mlp/hidden",
+                   metric="activation_std", comparison="<"),
+            _alert(6, 40.0, rule="spike"),
+        ],
+        "alert_log/actor/all": [_alert(7, 9.0, rule="threshold", tier=CRITICAL)],
+        "alert_log/rl/all": [
+            _alert(step, 0.01, rule="entropy_collapse", subject="policy",
+                   metric="entropy")
+            for step in (5, 6, 7)
+        ],
+    }  # fmt: skip
     recorder = TensorBoardRecorder(str(tmp_path / "dqn"))
-    for step in (5, 6, 7):
-        alert = _alert(step, 0.01, rule="entropy_collapse", subject="policy")
-        recorder.write_text("alert_log/rl/all", [json.dumps(alert.to_dict())], step)
+    for tag, alerts in written.items():
+        for alert in alerts:
+            recorder.write_text(tag, [json.dumps(alert.to_dict())], alert.step)
     recorder.close()
     assert main(["report", str(tmp_path), "--no-plots"]) == 0
-    section = capsys.readouterr().out.split("== dqn [rl] ==")[1]
-    rows = section.split("alert timeline (1 incident(s) of 3 alert(s)")[1]
-    assert rows.splitlines()[2].split() == [
-        "warning", "entropy_collapse", "policy", "5", "7", "3",
-        "grad_norm", "=", "0.01", "@", "5",
+    out = capsys.readouterr().out
+    assert _timeline_rows(out, "dqn") == [
+        ["warning", "band", "mlp/hidden", "5", "6", "2",
+         "activation_std", "=", "0.05", "@", "6"],
+        ["warning", "spike", "global", "6", "6", "1",
+         "grad_norm", "=", "40", "@", "6"],
+    ]  # fmt: skip
+    assert _timeline_rows(out, "dqn [actor]") == [
+        ["critical", "threshold", "global", "7", "7", "1",
+         "grad_norm", "=", "9", "@", "7"],
+    ]  # fmt: skip
+    assert _timeline_rows(out, "dqn [rl]") == [
+        ["warning", "entropy_collapse", "policy", "5", "7", "3",
+         "entropy", "=", "0.01", "@", "5"],
     ]  # fmt: skip
 
 
@@ -178,15 +255,13 @@ def test_a_real_runs_timeline_in_the_text(nan_run, capsys, tmp_path):
     assert [(a.rule, a.step) for a in alerts] == [("nonfinite", s) for s in steps]
     assert main(["report", str(log_dir), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    section = out.split("== train ==")[1]
-    head, *rows = section.split("alert timeline (")[1].splitlines()[:4]
-    assert head == (
-        "2 incident(s) of 4 alert(s); an incident ends after 100 quiet steps):"
-    )
+    assert (
+        "alert timeline (2 incident(s) of 4 alert(s); an incident ends after "
+        "100 quiet steps):"
+    ) in out
     # 137 is 109 steps after 28: quiet for 100 steps, a new incident. 195 NaN
     # gradient elements: all of the MLP's (8*16 + 16 + 16*3 + 3).
-    assert [row.split() for row in rows] == [
-        ["tier", "rule", "subject", "first", "last", "count", "worst"],
+    assert _timeline_rows(out, "train") == [
         ["critical", "nonfinite", "mlp/hidden/kernel", "10", "28", "3",
          "grad_nonfinite", "=", "195", "@", "10"],
         ["critical", "nonfinite", "mlp/hidden/kernel", "137", "137", "1",
