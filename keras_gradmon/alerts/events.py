@@ -191,3 +191,31 @@ class Alert:
             "message": self.message,
         }
         return _jsonable(data)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Alert:
+        """The alert of a `to_dict` record (e.g. read back from an event
+        file): "nan" and "inf" strings become floats again; the "message"
+        (derived) and unknown keys are not read, and `context` (not written)
+        stays empty.
+
+        Raises:
+            KeyError, TypeError, ValueError: `data` lacks a rule, tier, step,
+                value, threshold or subject, or holds one that does not fit.
+
+        Example:
+
+        >>> alert = Alert("nonfinite", CRITICAL, 7, math.inf, 0.0, "global")
+        >>> Alert.from_dict(alert.to_dict()) == alert
+        True
+        """
+        fields = {"hint", "details", "metric", "comparison", "note"}
+        return cls(
+            rule=str(data["rule"]),
+            tier=str(data["tier"]),
+            step=int(data["step"]),
+            value=float(data["value"]),
+            threshold=float(data["threshold"]),
+            subject=str(data["subject"]),
+            **{key: data[key] for key in fields if key in data},
+        )

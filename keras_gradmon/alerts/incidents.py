@@ -10,6 +10,7 @@ JSON lines and the `alerts/<rule>` flags keep every firing.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -106,6 +107,91 @@ class Incident:
         return f"{self.count} {noun}, steps {self.first.step} to {self.last.step}"
 
 
+class IncidentGrouping:
+    """Groups alerts into incidents keyed by (rule, subject, tier): what
+    `IncidentLog` logs, and what `keras-gradmon report`'s alert timeline
+    shows (`group_alerts`). No logging.
+
+    An incident quiet for `fold_steps` steps has ended, and so has one whose
+    last alert lies after the current step (a previous run).
+
+    Args:
+        fold_steps: Quiet steps that end an incident.
+
+    Example:
+
+    >>> grouping = IncidentGrouping(fold_steps=100)
+    >>> for step in (1, 2):
+    ...     incident = grouping.take(Alert("growth", "warning", step, 20.0, 10.0, "global"))
+    >>> [i.span() for i in grouping.end(102, firing=set())]
+    ['2 summaries, steps 1 to 2']
+    """  # noqa: E501
+
+    def __init__(self, fold_steps: int) -> None:
+        self.fold_steps = fold_steps
+        #: The incidents still going on, by key.
+        self.open: dict[Key, Incident] = {}
+
+    def end(self, step: int, firing: set[Key]) -> list[Incident]:
+        """Ends and returns the incidents that, at a summary at `step` where
+        the keys `firing` fire, have been quiet for `fold_steps` steps, and
+        all those of a previous run (`step` before their last)."""
+        ended = []
+        for key, incident in list(self.open.items()):
+            quiet = step - incident.last.step
+            if quiet < 0 or (key not in firing and quiet >= self.fold_steps):
+                ended.append(self.open.pop(key))
+        return ended
+
+    def take(self, alert: Alert) -> Incident:
+        """The incident `alert` joins: its key's open one, or a new one
+        (`count` 1)."""
+        key = incident_key(alert)
+        incident = self.open.get(key)
+        if incident is None:
+            incident = self.open[key] = Incident.open(alert, self.fold_steps)
+        else:
+            incident.add(alert)
+        return incident
+
+    def finish(self) -> list[Incident]:
+        """Ends and returns every open incident (the end of training)."""
+        ended = list(self.open.values())
+        self.open.clear()
+        return ended
+
+
+def group_alerts(
+    alerts: Iterable[Alert], fold_steps: int = DEFAULT_FOLD_STEPS
+) -> list[Incident]:
+    """Every incident of `alerts` (in step order), in order of first step.
+
+    The grouping of `IncidentLog` with a quiet summary at the step before
+    each alerting step: a repeat more than `fold_steps` steps after the last
+    alert of its (rule, subject, tier) opens a new incident. (That is the
+    console's grouping when every step is a summary, or when the summaries
+    are every n steps for an n that divides `fold_steps`.)
+
+    Example:
+
+    >>> alerts = [Alert("nonfinite", "critical", step, 3.0, 0.0, "global")
+    ...           for step in (10, 11, 12, 130)]
+    >>> [i.span() for i in group_alerts(alerts, fold_steps=100)]
+    ['3 summaries, steps 10 to 12', '1 summary, steps 130 to 130']
+    """
+    grouping = IncidentGrouping(fold_steps)
+    found = []
+    for step, at_step in itertools.groupby(alerts, key=lambda alert: alert.step):
+        at_step = list(at_step)
+        grouping.end(step - 1, firing=set())
+        grouping.end(step, firing={incident_key(alert) for alert in at_step})
+        for alert in at_step:
+            incident = grouping.take(alert)
+            if incident.count == 1:
+                found.append(incident)
+    return found
+
+
 class IncidentLog:
     """Logs alerts grouped into incidents keyed by (rule, subject, tier).
 
@@ -139,55 +225,53 @@ class IncidentLog:
     """
 
     def __init__(self, fold_steps: int | None = DEFAULT_FOLD_STEPS) -> None:
-        self.fold_steps = (
+        self.grouping = (
             None
             if fold_steps is None
-            else _validation.positive_int("fold_steps", fold_steps)
+            else IncidentGrouping(_validation.positive_int("fold_steps", fold_steps))
         )
-        self.open: dict[Key, Incident] = {}
         #: Lines logged so far.
         self.lines_logged = 0
+
+    @property
+    def fold_steps(self) -> int | None:
+        """Steps before the first folded line and quiet steps that end an
+        incident; None: every alert is logged in full."""
+        return None if self.grouping is None else self.grouping.fold_steps
+
+    @property
+    def open(self) -> dict[Key, Incident]:
+        """The incidents still going on, by key."""
+        return {} if self.grouping is None else self.grouping.open
 
     def log(self, step: int, alerts: Iterable[Alert]) -> None:
         """Logs the news among the `alerts` of the summary at `step`, and the
         end of the incidents that went quiet."""
         alerts = list(alerts)
-        self._end(step, {incident_key(alert) for alert in alerts})
+        if self.grouping is not None:
+            firing = {incident_key(alert) for alert in alerts}
+            for incident in self.grouping.end(step, firing):
+                self._close(incident, "ended")
         for alert in alerts:
             self._take(alert)
 
     def finish(self) -> None:
         """Closes every open incident (e.g. at the end of training)."""
-        for incident in self.open.values():
-            self._close(incident, "was still firing at the end")
-        self.open.clear()
+        if self.grouping is not None:
+            for incident in self.grouping.finish():
+                self._close(incident, "was still firing at the end")
 
     def _take(self, alert: Alert) -> None:
-        key = incident_key(alert)
-        incident = self.open.get(key)
-        if self.fold_steps is None or incident is None:
+        incident = None if self.grouping is None else self.grouping.take(alert)
+        if incident is None or incident.count == 1:
             self._emit(alert.tier, alert.message)
-            if self.fold_steps is not None:
-                self.open[key] = Incident.open(alert, self.fold_steps)
             return
-        incident.add(alert)
         if alert.step >= incident.next_line:
             what = f"{incident.folded} more since the last line, {incident.span()}"
             self._emit(alert.tier, incident.line("goes on", what))
             incident.folded = 0
             incident.gap *= 2
             incident.next_line = alert.step + incident.gap
-
-    def _end(self, step: int, firing: set[Key]) -> None:
-        """Ends the incidents quiet for `fold_steps` steps, and all those of
-        a previous run (`step` before their last)."""
-        if self.fold_steps is None:
-            return
-        for key, incident in list(self.open.items()):
-            quiet = step - incident.last.step
-            if quiet < 0 or (key not in firing and quiet >= self.fold_steps):
-                self._close(incident, "ended")
-                del self.open[key]
 
     def _close(self, incident: Incident, verb: str) -> None:
         # An incident that never repeated was said in full already.

@@ -7,6 +7,7 @@ field of `HealthCriteria`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from keras_gradmon.report.findings import (
 )
 from keras_gradmon.report.losses import FinalLoss, final_loss
 from keras_gradmon.report.signals import UPDATE_RATIO_BAND, Signals, run_signals
+from keras_gradmon.report.timeline import Timeline, alert_timeline
 from keras_gradmon.rl.tags import is_rl_alert_scope
 from keras_gradmon.tags import monitor_scopes, variable_statistic
 
@@ -108,6 +110,11 @@ class RunReport:
 
     def alert_count(self, tier: str) -> int:
         return sum(1 for a in self.alerts if a.get("tier") == tier)
+
+    @functools.cached_property
+    def timeline(self) -> Timeline:
+        """The alerts grouped into incidents (`alert_timeline`)."""
+        return alert_timeline(self.alerts)
 
 
 def scopes(run: Run) -> list[str | None]:

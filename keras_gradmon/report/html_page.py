@@ -14,7 +14,7 @@ from keras_gradmon.report.render import (
     Contents,
     alert_line,
     dropped_warnings,
-    run_text,
+    run_details,
     summary_rows,
 )
 from keras_gradmon.report.rl import RLReport
@@ -29,6 +29,7 @@ from keras_gradmon.report.signals_render import (
     SIGNAL_GROUPS_CAPTION,
     signal_group_rows,
 )
+from keras_gradmon.report.timeline import Timeline, timeline_rows
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
@@ -69,11 +70,18 @@ def _alerts(alerts: list[dict]) -> list[str]:
     return [*parts, "</ul>"]
 
 
+def _timeline(timeline: Timeline) -> list[str]:
+    if not timeline.incidents:
+        return []
+    return [
+        f"<h3>Alert timeline</h3><p>{html.escape(timeline.caption)}</p>",
+        _table(timeline_rows(timeline.incidents)),
+    ]
+
+
 def _gradient_section(report: RunReport, plots: dict[str, list[str]]) -> list[str]:
-    details = run_text(report, max_alerts=0).splitlines()[1:]
-    details = [d for d in details if not d.startswith(("alerts", "unhealthy"))]
-    parts = [f"<h2>{html.escape(report.title)}</h2>", _lines(details)]
-    parts += _alerts(report.alerts)
+    parts = [f"<h2>{html.escape(report.title)}</h2>", _lines(run_details(report))]
+    parts += _alerts(report.alerts) + _timeline(report.timeline)
     if report.findings:
         rows = [["layer", "problem", "reason"]] + [
             [f.layer, f.kind, f.reason] for f in report.findings
@@ -84,7 +92,7 @@ def _gradient_section(report: RunReport, plots: dict[str, list[str]]) -> list[st
 
 def _rl_section(report: RLReport, plots: dict[str, list[str]]) -> list[str]:
     parts = [f"<h2>{html.escape(report.title)}</h2>", _lines(rl_details(report))]
-    parts += _alerts(report.alerts)
+    parts += _alerts(report.alerts) + _timeline(report.timeline)
     return parts + [_image(path) for path in plots.get(report.title, [])]
 
 

@@ -26,6 +26,7 @@ from keras_gradmon.report.signals_render import (
     signal_group_rows,
     signal_lines,
 )
+from keras_gradmon.report.timeline import Timeline, timeline_rows
 
 #: The `write_plots` key of the groups' figure.
 GROUPS = "groups"
@@ -136,9 +137,10 @@ def alert_line(alert: dict) -> str:
     )
 
 
-def run_text(report: RunReport, max_alerts: int = 20) -> str:
-    """One run's details, for the console."""
-    lines = [f"== {report.title} =="]
+def run_details(report: RunReport) -> list[str]:
+    """One run's numbers: norm, clipping, skipped steps, signals, final loss
+    and dropped steps, a line each."""
+    lines = []
     norm = report.norm
     if norm is not None:
         lines.append(
@@ -164,11 +166,43 @@ def run_text(report: RunReport, max_alerts: int = 20) -> str:
             f"dropped {kind} steps: {count} recorded {kind} step(s) were lost: "
             f"the history buffer overflowed between two host reads ({DROPPED_HINT})"
         )
+    return lines
+
+
+def timeline_lines(timeline: Timeline, max_incidents: int = 10) -> list[str]:
+    """The "alert timeline" section: a table of the first `max_incidents`
+    incidents, and a line counting the others (none without alerts).
+
+    Example:
+
+    >>> from keras_gradmon.report.timeline import alert_timeline
+    >>> alert = {"rule": "spike", "tier": "warning", "step": 3, "value": 9.0,
+    ...          "threshold": 4.0, "subject": "global"}
+    >>> print("\\n".join(timeline_lines(alert_timeline([alert]))))
+    alert timeline (1 incident(s) of 1 alert(s); an incident ends after 100 quiet steps):
+      tier     rule   subject  first  last  count  worst
+      warning  spike  global   3      3     1      grad_norm = 9 @ 3
+    """  # noqa: E501
+    if not timeline.incidents:
+        return []
+    rows = timeline_rows(timeline.incidents[:max_incidents])
+    lines = [f"alert timeline ({timeline.caption}):"]
+    lines += [f"  {line}" for line in table(rows).splitlines()]
+    more = len(timeline.incidents) - max_incidents
+    if more > 0:
+        lines.append(f"  ... {more} more incident(s) (see the HTML)")
+    return lines
+
+
+def run_text(report: RunReport, max_alerts: int = 20) -> str:
+    """One run's details, for the console."""
+    lines = [f"== {report.title} ==", *run_details(report)]
     lines.append(f"alerts ({len(report.alerts)}):" if report.alerts else "alerts: none")
     for alert in report.alerts[:max_alerts]:
         lines.append(f"  {alert_line(alert)}")
     if len(report.alerts) > max_alerts:
         lines.append(f"  ... and {len(report.alerts) - max_alerts} more (see the HTML)")
+    lines += timeline_lines(report.timeline)
     if report.findings:
         lines.append("unhealthy layers:")
         width = max(len(f.layer) for f in report.findings)
@@ -207,7 +241,7 @@ def report_text(log_dir: str, contents: Contents) -> str:
     for report in contents.reports:
         parts += ["", run_text(report)]
     for rl in contents.rl:
-        parts += ["", rl_text(rl)]
+        parts += ["", rl_text(rl), *timeline_lines(rl.timeline)]
     return "\n".join(parts)
 
 

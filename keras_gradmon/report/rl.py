@@ -8,6 +8,7 @@ by `keras_gradmon.rl.RLHealthMonitor`); the tags are parsed in one place,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Sequence
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from keras_gradmon.report.events import Run
 from keras_gradmon.report.seeds import iqm, median, stratified_bootstrap_ci
+from keras_gradmon.report.timeline import Timeline, alert_timeline
 from keras_gradmon.rl.tags import RL, is_rl_alert_scope, parse_rl_tag
 
 #: The run's final return: the mean return of the last N episodes at the
@@ -65,6 +67,11 @@ class RLReport:
 
     def alert_count(self, tier: str) -> int:
         return sum(1 for a in self.alerts if a.get("tier") == tier)
+
+    @functools.cached_property
+    def timeline(self) -> Timeline:
+        """The alerts grouped into incidents (`alert_timeline`)."""
+        return alert_timeline(self.alerts)
 
 
 def _scoped(run: Run) -> dict[str | None, dict[str, tuple[np.ndarray, np.ndarray]]]:

@@ -133,6 +133,23 @@ def test_to_dict_is_strict_json_and_keeps_every_field():
     }
 
 
+def test_from_dict_reads_back_what_to_dict_wrote():
+    alert = Alert(
+        "vanishing", CRITICAL, 40, 1e-9, math.inf, "dense/kernel", "hint",
+        details={"streak": 3}, metric="grad_norm", comparison="<", note="n",
+    )  # fmt: skip
+    data = json.loads(json.dumps(alert.to_dict(), allow_nan=False))
+    assert Alert.from_dict(data) == alert
+    assert Alert.from_dict({**data, "scope": "actor"}) == alert  # unknown key
+    nan = Alert.from_dict({**data, "value": "nan"}).value
+    assert math.isnan(nan)
+    for broken in ({**data, "tier": "fatal"}, {**data, "step": "x"}):
+        with pytest.raises(ValueError):
+            Alert.from_dict(broken)
+    with pytest.raises(KeyError):
+        Alert.from_dict({k: v for k, v in data.items() if k != "rule"})
+
+
 def test_details_are_copied_and_alerts_hashable():
     details = {"z": 1.0}
     alert = Alert("spike", WARNING, 1, 2.0, 1.0, "global", details=details)
