@@ -26,7 +26,9 @@ def test_progress_numbers_are_exact():
     assert second["progress/env_steps_per_sec"] == 400 / 4.0
     assert second["progress/updates_per_sec"] == 400 / 4.0
     assert second["progress/training_intensity"] == 64 * 1300 / 1400
+    # measured once an environment step is collected
     assert "progress/training_intensity" not in Progress(0.0).numbers(1.0, 0, 0, 64)
+    assert Progress(0.0).numbers(1.0, 1, 0, 64)["progress/training_intensity"] == 0
 
 
 def test_transitions_per_batch():
@@ -57,6 +59,10 @@ def test_derived_numbers():
         {"value/start_estimate": 3.0, "value/start_return": -2.0}, episodes, _Probe()
     )
     assert "value/overestimation" not in negative  # a ratio needs a positive return
+    zero = derived(
+        {"value/start_estimate": 3.0, "value/start_return": 0.0}, episodes, _Probe()
+    )
+    assert "value/overestimation" not in zero
     before = derived(
         {"value/start_estimate": 3.0, "value/start_return": 0.0}, {"count": 0.0},
         _Probe(),
