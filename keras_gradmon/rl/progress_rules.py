@@ -104,6 +104,8 @@ class ReturnCollapseRule(Rule):
     Args:
         drop: The fraction of the progress lost that fires (0, 1).
         baseline: The return that counts as no progress.
+        subjects: Regex on the subjects it judges; "evaluation" judges the
+            evaluations only (then any `window` will do). None: both.
 
     Example:
 
@@ -122,8 +124,14 @@ class ReturnCollapseRule(Rule):
         "network more slowly, clip gradients, or keep the best checkpoint"
     )
 
-    def __init__(self, drop: float = 0.5, baseline: float = 0.0) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        drop: float = 0.5,
+        baseline: float = 0.0,
+        *,
+        subjects: str | None = None,
+    ) -> None:
+        super().__init__(subjects=subjects)
         self.drop = _validation.open_unit_interval("drop", drop)
         if not isinstance(baseline, (int, float)) or isinstance(baseline, bool):
             raise ValueError(

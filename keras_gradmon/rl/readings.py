@@ -44,8 +44,9 @@ def check_window(window: int, rules: Iterable[Rule]) -> None:
     ...
     ValueError: `window` must be at least 10 while a rule reads the collect \
 return (ReturnCollapseRule): it is judged once 10 episodes are kept, and a \
-window of 5 never keeps them. Raise `window`, or pass `rules` without that \
-rule. Received: window=5
+window of 5 never keeps them. Raise `window`, or judge the evaluations only \
+(`ReturnCollapseRule(subjects="evaluation")`), or leave the rule out of \
+`rules`. Received: window=5
     """
     readers = [
         type(rule).__name__
@@ -57,7 +58,9 @@ rule. Received: window=5
             f"`window` must be at least {MIN_EPISODES} while a rule reads the "
             f"collect return ({readers[0]}): it is judged once {MIN_EPISODES} "
             f"episodes are kept, and a window of {window} never keeps them. "
-            "Raise `window`, or pass `rules` without that rule. "
+            "Raise `window`, or judge the evaluations only "
+            '(`ReturnCollapseRule(subjects="evaluation")`), or leave the rule '
+            "out of `rules`. "
             f"Received: window={window!r}"
         )
 

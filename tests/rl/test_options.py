@@ -77,8 +77,9 @@ def test_a_window_that_never_keeps_min_episodes_is_refused_with_the_return_rule(
         f"`window` must be at least {MIN_EPISODES} while a rule reads the "
         "collect return (ReturnCollapseRule): it is judged once "
         f"{MIN_EPISODES} episodes are kept, and a window of {short} never "
-        "keeps them. Raise `window`, or pass `rules` without that rule. "
-        f"Received: window={short}"
+        "keeps them. Raise `window`, or judge the evaluations only "
+        '(`ReturnCollapseRule(subjects="evaluation")`), or leave the rule out '
+        f"of `rules`. Received: window={short}"
     )
     for rules in (None, [ReturnCollapseRule()], {"r": ReturnCollapseRule(0.3)}):
         with pytest.raises(ValueError) as refused:
@@ -88,6 +89,8 @@ def test_a_window_that_never_keeps_min_episodes_is_refused_with_the_return_rule(
     # window is fine
     assert RLOptions(window=MIN_EPISODES).window == MIN_EPISODES
     assert RLOptions(window=1, rules=[LowIntensityRule()]).window == 1
+    evaluations = ReturnCollapseRule(subjects="evaluation")
+    assert RLOptions(window=1, rules=[evaluations]).window == 1
     assert RLOptions(window=1, rules=[]).engine().rules == {}
 
 

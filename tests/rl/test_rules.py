@@ -134,6 +134,13 @@ def test_return_collapse_needs_a_best_above_the_baseline():
     assert _fired(above, [(1, 10.5), (2, 10.25), (3, 10.24)]) == [3]
 
 
+def test_return_collapse_on_evaluations_only():
+    rule = ReturnCollapseRule(drop=0.5, subjects="evaluation")
+    assert rule.update(1, {"episodes": 100.0, "evaluation": 100.0}) == []
+    fired = rule.update(2, {"episodes": 10.0, "evaluation": 49.0})
+    assert [(a.subject, a.threshold) for a in fired] == [("evaluation", 50.0)]
+
+
 def test_throughput_drop_judges_once_history_normal_summaries_are_kept():
     rule = ThroughputDropRule(drop=0.5, history=3, patience=2)
     # one normal summary short of `history` at step 3: no median to judge
