@@ -10,7 +10,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_gradmon.alerts import Alert, AlertEngine
+from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.runner import AlertDelivery, AlertRunner
 from keras_gradmon.hub import RL, Hub, Publication, recording_hub
 from keras_gradmon.options import with_overrides
@@ -60,7 +60,8 @@ class RLHealthMonitor:
         every_n_steps: Summary frequency in train steps (int or callable).
         log_dir: Where to write; or `writer`, a `tf.summary` writer (the
             agent's own, say). Neither: numbers in `latest`, no TensorBoard.
-        window: Episodes the episode statistics cover.
+        window: Episodes the episode statistics cover; at least 10 while a
+            rule reads the collect return (judged once 10 are kept).
         solve_threshold: Return counting as solved (`episode/solve_rate`).
         value_fn: `value_fn(time_step) -> [N]` value estimates; None picks
             the agent's own (see `keras_gradmon.rl.values`).
@@ -70,6 +71,11 @@ class RLHealthMonitor:
         actions: `{tier: action}`: "log", "stop", "raise" or a callable.
         cooldown_steps: Same rule and subject not reported again within.
         max_per_rule: At most this many alerts per rule and tier.
+        fold_steps: The log lines group alerts into incidents (rule,
+            subject, tier): the first in full, repeats folded into one line
+            after `fold_steps` steps (then 2x, 4x, ... as many), one line
+            when the incident ends (quiet for `fold_steps` steps). None logs
+            every alert in full. History, flags and JSON keep every alert.
         jsonl_path: Append each alert as a JSON line to this file.
         tag_scope: Tags become `rl/<scope>/...` (several agents in a run).
         train_batch_size: Transitions per update for the training intensity;
@@ -112,10 +118,7 @@ class RLHealthMonitor:
         #: `agent.train = common.function(agent.train)` later still counts).
         self.train_fn = options.train_fn
         self._measurement(options)
-        rules = options.rules
-        self.engine = AlertEngine(
-            R.default_rl_rules() if rules is None else rules, options.limiter()
-        )
+        self.engine = options.engine()
         self._outputs(options, hub)
         self.progress = Progress(start=time.perf_counter())
         #: The numbers of the last summary, by RL tag name ("episode/...").
@@ -148,6 +151,7 @@ class RLHealthMonitor:
             jsonl_path=options.jsonl_path,
             tag_scope=alert_scope(self.tag_scope),
             hub=self.hub,
+            fold_steps=options.fold_steps,
         )
         self.hub.subscribe(AlertRunner(self.engine, self.delivery), origin=self)
 
@@ -230,7 +234,7 @@ class RLHealthMonitor:
         )
         recorded.update(derived(dict(numbers or {}), episodes, self.probe))
         self.latest = recorded
-        self._publish(step, recorded, alert_metrics(recorded))
+        self._publish(step, recorded, alert_metrics(recorded, self.options.window))
         return recorded
 
     def record_evaluation(

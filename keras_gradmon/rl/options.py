@@ -8,9 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from keras_gradmon import _validation, defaults
-from keras_gradmon.alerts import RateLimiter
+from keras_gradmon.alerts import AlertEngine, RateLimiter
 from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
 from keras_gradmon.alerts.runner import Action, validate_actions
+from keras_gradmon.rl.readings import check_window
+from keras_gradmon.rl.rules import default_rl_rules
 from keras_gradmon.schedule import Frequency, Schedule
 
 
@@ -41,6 +44,10 @@ class RLOptions:
     ...
     ValueError: `env_batch_size` must be a positive integer. Received: \
 env_batch_size=0
+    >>> RLOptions(fold_steps=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: `fold_steps` must be a positive integer. Received: fold_steps=0
     """
 
     env_batch_size: int = 1
@@ -55,6 +62,7 @@ env_batch_size=0
     actions: Mapping[str, Action] | None = None
     cooldown_steps: int = 0
     max_per_rule: int | None = None
+    fold_steps: int | None = DEFAULT_FOLD_STEPS
     jsonl_path: str | None = None
     tag_scope: str | None = None
     train_batch_size: int | None = None
@@ -72,11 +80,18 @@ env_batch_size=0
         optional("value_fn", self.value_fn, callable_or_none)
         optional("jsonl_path", self.jsonl_path, _validation.string)
         validate_actions(self.actions)
-        self.limiter()
+        IncidentLog(self.fold_steps)  # validates `fold_steps`, as the checkers
+        check_window(self.window, self.engine().rules.values())
 
     def schedule(self) -> Schedule:
         """When to write a summary (validates `every_n_steps`)."""
         return Schedule(self.every_n_steps, name="every_n_steps")
+
+    def engine(self) -> AlertEngine:
+        """A fresh alert engine: the rules (`default_rl_rules()` for None)
+        and the limiter (validates `rules` and the limiter's options)."""
+        rules = default_rl_rules() if self.rules is None else self.rules
+        return AlertEngine(rules, self.limiter())
 
     def limiter(self) -> RateLimiter:
         """The alerts' rate limiter (validates its two options)."""

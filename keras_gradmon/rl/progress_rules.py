@@ -20,8 +20,11 @@ THROUGHPUT = "env steps/s"  # {"collection": environment steps per second}
 
 class StreakRule(Rule):
     """A rule that fires when `breached(value)` holds for `patience`
-    consecutive summaries of a subject; subclasses say what a breach is and
-    its `limit` (the threshold the alert names)."""
+    consecutive summaries of a subject, and at each further one while it
+    holds; subclasses say what a breach is and its `limit` (the threshold
+    the alert names). Consecutive among the summaries that hold a value for
+    the subject: one without it (not measured then) neither breaks nor
+    extends the streak."""
 
     def __init__(self, patience: int) -> None:
         super().__init__()
@@ -54,7 +57,13 @@ class StreakRule(Rule):
 
 class LowIntensityRule(StreakRule):
     """Warns when the training intensity stays below `minimum` (1: some
-    samples are never trained on) for `patience` consecutive summaries.
+    samples are never trained on) for `patience` consecutive summaries
+    (see `StreakRule`; the intensity is measured once an environment step
+    is collected).
+
+    Args:
+        minimum: Fires below this intensity (> 0).
+        patience: Consecutive summaries below `minimum` before it fires.
 
     Example:
 
@@ -86,12 +95,17 @@ class LowIntensityRule(StreakRule):
 class ReturnCollapseRule(Rule):
     """Warns when the mean return falls from its running best by `drop` of
     the way from `baseline` (a random agent's return, 0 by default) to the
-    best: below `best - drop * (best - baseline)`. Each subject (collect
-    "episodes", "evaluation") has its own best.
+    best: below `best - drop * (best - baseline)`, once the best is above
+    `baseline` (before, there is no progress to lose). Each subject
+    (collect "episodes", "evaluation") has its own best, the highest mean
+    it was fed; `RLHealthMonitor` feeds the collect return once 10
+    episodes are kept (`readings.MIN_EPISODES`) and every evaluation.
 
     Args:
         drop: The fraction of the progress lost that fires (0, 1).
         baseline: The return that counts as no progress.
+        subjects: Regex on the subjects it judges; "evaluation" judges the
+            evaluations only (then any `window` will do). None: both.
 
     Example:
 
@@ -110,8 +124,14 @@ class ReturnCollapseRule(Rule):
         "network more slowly, clip gradients, or keep the best checkpoint"
     )
 
-    def __init__(self, drop: float = 0.5, baseline: float = 0.0) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        drop: float = 0.5,
+        baseline: float = 0.0,
+        *,
+        subjects: str | None = None,
+    ) -> None:
+        super().__init__(subjects=subjects)
         self.drop = _validation.open_unit_interval("drop", drop)
         if not isinstance(baseline, (int, float)) or isinstance(baseline, bool):
             raise ValueError(
@@ -164,9 +184,16 @@ class ReturnCollapseRule(Rule):
 
 class ThroughputDropRule(Rule):
     """Warns when environment steps per second stay below `1 - drop` times
-    their median over the previous `history` summaries for `patience`
-    consecutive summaries (one slow interval, e.g. an evaluation pause, is
-    not a drop).
+    their median over the previous `history` normal summaries for
+    `patience` consecutive summaries (one slow interval, e.g. an evaluation
+    pause, is not a drop). A summary is normal when it is not below that;
+    until `history` normal summaries are kept, every summary is normal (no
+    median to judge against yet).
+
+    Args:
+        drop: The fraction of the median lost that counts as slow (0, 1).
+        history: Normal summaries the median is taken over.
+        patience: Consecutive slow summaries before it fires.
 
     Example:
 
@@ -202,7 +229,8 @@ class ThroughputDropRule(Rule):
         alerts = []
         for subject, value in values.items():
             normal = self._normal.setdefault(subject, deque(maxlen=self.history))
-            typical = statistics.median(normal) if normal else None
+            full = len(normal) == self.history
+            typical = statistics.median(normal) if full else None
             if typical is None or value >= (1.0 - self.drop) * typical:
                 normal.append(value)  # the reference learns normal speeds only
                 self._slow[subject] = 0

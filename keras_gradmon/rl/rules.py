@@ -44,7 +44,8 @@ class EntropyCollapseRule(Rule):
     The value is the entropy as a fraction of its maximum, ln(number of
     actions), so the rule reads the same for any action count. A planned,
     slow epsilon decay stays quiet; a policy that stops exploring within
-    `window` steps does not.
+    `window` steps does not. The value itself is in the window, so a first
+    value (its own peak) never fires; it fires at each summary below.
 
     Args:
         fraction: Fires below this fraction of the window's maximum (0, 1).
@@ -105,7 +106,9 @@ class EntropyCollapseRule(Rule):
 
 class OverestimationRule(StreakRule):
     """Warns when the value estimate exceeds the realized return `ratio`
-    times over for `patience` consecutive summaries.
+    times over for `patience` consecutive summaries (see `StreakRule`: the
+    ratio is measured once an episode is complete and while the realized
+    return is positive).
 
     Early in training the estimate at the start states runs ahead of
     returns realized by older, worse policies; `patience` summaries in a

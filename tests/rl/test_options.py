@@ -7,8 +7,12 @@ import sys
 import pytest
 
 from keras_gradmon import defaults
+from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
+from keras_gradmon.alerts.runner import alerting
 from keras_gradmon.options import UnknownOptionError, with_overrides
 from keras_gradmon.rl.options import RLOptions
+from keras_gradmon.rl.progress_rules import LowIntensityRule, ReturnCollapseRule
+from keras_gradmon.rl.readings import MIN_EPISODES
 
 
 @pytest.mark.parametrize(
@@ -47,3 +51,49 @@ def test_rl_options_import_no_tensorflow():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("fold_steps", [0, -5, 2.5, True, "100"])
+def test_fold_steps_is_refused_as_the_gradient_checkers_refuse_it(fold_steps):
+    message = (
+        f"`fold_steps` must be a positive integer. Received: fold_steps={fold_steps!r}"
+    )
+    with pytest.raises(ValueError) as rl:
+        RLOptions(fold_steps=fold_steps)
+    with pytest.raises(ValueError) as gradient:  # GradientAlertCallback's check
+        alerting(fold_steps=fold_steps)
+    assert str(rl.value) == str(gradient.value) == message
+
+
+def test_fold_steps_defaults_to_the_checkers_default_and_takes_none():
+    assert RLOptions().fold_steps == DEFAULT_FOLD_STEPS == 100
+    assert RLOptions(fold_steps=None).fold_steps is None
+    assert RLOptions(fold_steps=1).fold_steps == 1
+
+
+def test_a_window_that_never_keeps_min_episodes_is_refused_with_the_return_rule():
+    short = MIN_EPISODES - 1
+    message = (
+        f"`window` must be at least {MIN_EPISODES} while a rule reads the "
+        "collect return (ReturnCollapseRule): it is judged once "
+        f"{MIN_EPISODES} episodes are kept, and a window of {short} never "
+        "keeps them. Raise `window`, or judge the evaluations only "
+        '(`ReturnCollapseRule(subjects="evaluation")`), or leave the rule out '
+        f"of `rules`. Received: window={short}"
+    )
+    for rules in (None, [ReturnCollapseRule()], {"r": ReturnCollapseRule(0.3)}):
+        with pytest.raises(ValueError) as refused:
+            RLOptions(window=short, rules=rules)
+        assert str(refused.value) == message
+    # exactly MIN_EPISODES kept is enough; without a collect-return rule any
+    # window is fine
+    assert RLOptions(window=MIN_EPISODES).window == MIN_EPISODES
+    assert RLOptions(window=1, rules=[LowIntensityRule()]).window == 1
+    evaluations = ReturnCollapseRule(subjects="evaluation")
+    assert RLOptions(window=1, rules=[evaluations]).window == 1
+    assert RLOptions(window=1, rules=[]).engine().rules == {}
+
+
+def test_bad_rules_are_refused_by_the_options():
+    with pytest.raises(ValueError, match=r"Received: rules='entropy'$"):
+        RLOptions(rules="entropy")

@@ -26,7 +26,9 @@ def test_progress_numbers_are_exact():
     assert second["progress/env_steps_per_sec"] == 400 / 4.0
     assert second["progress/updates_per_sec"] == 400 / 4.0
     assert second["progress/training_intensity"] == 64 * 1300 / 1400
+    # measured once an environment step is collected
     assert "progress/training_intensity" not in Progress(0.0).numbers(1.0, 0, 0, 64)
+    assert Progress(0.0).numbers(1.0, 1, 0, 64)["progress/training_intensity"] == 0
 
 
 def test_transitions_per_batch():
@@ -57,6 +59,10 @@ def test_derived_numbers():
         {"value/start_estimate": 3.0, "value/start_return": -2.0}, episodes, _Probe()
     )
     assert "value/overestimation" not in negative  # a ratio needs a positive return
+    zero = derived(
+        {"value/start_estimate": 3.0, "value/start_return": 0.0}, episodes, _Probe()
+    )
+    assert "value/overestimation" not in zero
     before = derived(
         {"value/start_estimate": 3.0, "value/start_return": 0.0}, {"count": 0.0},
         _Probe(),
@@ -72,9 +78,24 @@ def test_episode_numbers_and_alert_metrics():
     assert recorded == {"episode/count": 12.0, "episode/return_mean": 25.0}
     recorded["progress/training_intensity"] = 0.5
     recorded["policy/entropy_fraction"] = float("nan")  # not fed to a rule
-    assert alert_metrics(recorded) == {
+    assert alert_metrics(recorded, window=100) == {
         "training intensity": {"replay": 0.5},
         "return": {"episodes": 25.0},
     }
-    recorded["episode/count"] = MIN_EPISODES - 1
-    assert "return" not in alert_metrics(recorded)
+
+
+@pytest.mark.parametrize(
+    ("count", "window", "judged"),
+    [
+        (MIN_EPISODES - 1, 100, False),  # one episode short
+        (MIN_EPISODES, 100, True),  # exactly enough kept
+        (1000, MIN_EPISODES, True),  # the window keeps exactly enough
+        (1000, MIN_EPISODES - 1, False),  # completed many, kept too few
+    ],
+)
+def test_the_collect_return_is_judged_once_min_episodes_are_kept(
+    count, window, judged
+):
+    recorded = {"episode/count": float(count), "episode/return_mean": 25.0}
+    expected = {"return": {"episodes": 25.0}} if judged else {}
+    assert alert_metrics(recorded, window) == expected

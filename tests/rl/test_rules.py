@@ -3,6 +3,9 @@ say; bad arguments are refused at construction, by name."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
+
 import pytest
 
 from keras_gradmon.alerts import AlertEngine
@@ -86,6 +89,76 @@ def test_throughput_drop_ignores_one_slow_interval():
     assert _fired(rule, [(9, 60.0)]) == []
 
 
+def test_entropy_collapse_peak_counts_while_inside_the_window():
+    # window 100: at step 99 the window is (-1, 99], the peak at 0 is in it
+    inside = EntropyCollapseRule(fraction=0.5, window=100)
+    assert _fired(inside, [(0, 0.8), (99, 0.39)]) == [99]
+    # at step 100 it is (0, 100]: the peak at 0 is out, 0.39 its own peak
+    edge = EntropyCollapseRule(fraction=0.5, window=100)
+    assert _fired(edge, [(0, 0.8), (100, 0.39)]) == []
+
+
+@pytest.mark.parametrize(
+    ("rule", "bad", "limit"),
+    [
+        (OverestimationRule(ratio=2.0, patience=3), 2.5, 2.0),
+        (LowIntensityRule(minimum=1.0, patience=3), 0.5, 1.0),
+    ],
+)
+def test_streak_rules_fire_exactly_at_patience_and_while_it_holds(rule, bad, limit):
+    # patience 3: not after 2 breaches, at the 3rd and each one after; the
+    # limit itself is no breach and starts the count again
+    points = [(1, bad), (2, bad), (3, limit), (4, bad), (5, bad), (6, bad)]
+    points += [(7, bad), (8, limit), (9, bad)]
+    assert _fired(rule, points) == [6, 7]
+
+
+def test_a_summary_without_the_ratio_neither_breaks_nor_extends_the_row():
+    engine = AlertEngine({"over": OverestimationRule(ratio=2.0, patience=3)})
+    over = {"value/return": {"start_states": 2.5}}
+    fired = [
+        a.step
+        for step, metrics in [(1, over), (2, {}), (3, over), (4, {}), (5, over)]
+        for a in engine.update(step, metrics)
+    ]
+    assert fired == [5]  # the third measured summary, at step 5
+    (alert,) = engine.history
+    assert "'start_states' = 2.5 > 2 for 3 summaries. Hint" in alert.message
+
+
+def test_return_collapse_needs_a_best_above_the_baseline():
+    at_baseline = ReturnCollapseRule(drop=0.5, baseline=10.0)
+    assert _fired(at_baseline, [(1, 10.0), (2, 0.0)]) == []  # no progress made
+    above = ReturnCollapseRule(drop=0.5, baseline=10.0)
+    # best 10.5: fires below 10.5 - 0.5 * 0.5 = 10.25
+    assert _fired(above, [(1, 10.5), (2, 10.25), (3, 10.24)]) == [3]
+
+
+def test_return_collapse_on_evaluations_only():
+    rule = ReturnCollapseRule(drop=0.5, subjects="evaluation")
+    assert rule.update(1, {"episodes": 100.0, "evaluation": 100.0}) == []
+    fired = rule.update(2, {"episodes": 10.0, "evaluation": 49.0})
+    assert [(a.subject, a.threshold) for a in fired] == [("evaluation", 50.0)]
+
+
+def test_throughput_drop_judges_once_history_normal_summaries_are_kept():
+    rule = ThroughputDropRule(drop=0.5, history=3, patience=2)
+    # one normal summary short of `history` at step 3: no median to judge
+    # against, so 10 is normal (it joins them), and step 4 is the first slow
+    assert _fired(rule, [(1, 100.0), (2, 100.0), (3, 10.0), (4, 10.0)]) == []
+    # median of 100, 100, 10 is 100: step 5 is the second slow in a row
+    assert _fired(rule, [(5, 10.0)]) == [5]
+
+
+def test_throughput_drop_fires_with_exactly_history_normal_summaries():
+    rule = ThroughputDropRule(drop=0.5, history=3, patience=2)
+    # exactly half the median (50) is normal; 49 is slow, twice at step 6
+    points = [(1, 100.0), (2, 100.0), (3, 100.0), (4, 50.0), (5, 49.0), (6, 49.0)]
+    assert _fired(rule, points) == [6]
+    (alert,) = rule.update(7, {"s": 10.0})
+    assert (alert.threshold, alert.details["median"]) == (50.0, 100.0)
+
+
 @pytest.mark.parametrize(
     "build, name, value",
     [
@@ -129,3 +202,19 @@ def test_default_rules_read_the_metrics_the_monitor_feeds():
         "training intensity low",
         "value/return overestimation",
     ]
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "keras_gradmon.rl.options",
+        "keras_gradmon.rl.progress",
+        "keras_gradmon.rl.progress_rules",
+        "keras_gradmon.rl.readings",
+        "keras_gradmon.rl.rules",
+    ],
+)
+def test_docstring_examples_hold(module):
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.failed == 0
+    assert result.attempted > 0

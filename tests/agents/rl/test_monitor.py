@@ -177,6 +177,8 @@ def test_evaluation_returns_feed_the_return_collapse_rule(tmp_path):
         ({"env_batch_size": 0}, "env_batch_size", "0"),
         ({"every_n_steps": 0}, "every_n_steps", "0"),
         ({"window": 0}, "window", "0"),
+        ({"window": 9}, "window", "9"),  # never keeps the 10 the return rule needs
+        ({"fold_steps": 0}, "fold_steps", "0"),
         ({"kl": "yes"}, "kl", "'yes'"),
         ({"value_fn": 3}, "value_fn", "3"),
         ({"train_batch_size": -1}, "train_batch_size", "-1"),
