@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import NamedTuple
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # before TensorFlow
 
@@ -69,10 +70,17 @@ def episode_returns(
     return returns
 
 
-def make_agent(env: tf_py_environment.TFPyEnvironment, counter: tf.Variable):
+def make_agent(
+    env: tf_py_environment.TFPyEnvironment,
+    counter: tf.Variable,
+    every_n_steps: int = MONITOR["every_n_steps"],
+):
     """The DQN agent, its optimizer wrapped by the gradient monitor."""
+    config = keras_gradmon.MonitorConfig.from_dict(
+        {**MONITOR, "every_n_steps": every_n_steps}
+    )
     optimizer = keras_gradmon.GradientMonitorOptimizer(
-        tf.keras.optimizers.Adam(1e-3), config=MONITOR, step=counter
+        tf.keras.optimizers.Adam(1e-3), config=config, step=counter
     )
     agent = dqn_agent.DqnAgent(
         env.time_step_spec(),
@@ -82,6 +90,13 @@ def make_agent(env: tf_py_environment.TFPyEnvironment, counter: tf.Variable):
         ),
         optimizer=optimizer,
         td_errors_loss_fn=common.element_wise_squared_loss,
+        # tf-agents' own DQN train_eval settings. The agent's defaults
+        # (gamma 1, the target network copied every step) let the Q-values
+        # run away: 10x the realized returns and 100x the gradient norm by
+        # step 3,000, which the default alerts report.
+        gamma=0.99,
+        target_update_tau=0.05,
+        target_update_period=5,
         train_step_counter=counter,
     )
     agent.initialize()
@@ -129,19 +144,36 @@ def report_line(step: int, loss, health: RLHealthMonitor) -> str:
     )
 
 
-def main(
+class Monitors(NamedTuple):
+    """What watched a run: the RL health, the gradient alerts and the
+    activations, each with the alerts it raised (`.history` / `.alerts`)."""
+
+    health: RLHealthMonitor
+    checker: keras_gradmon.AlertChecker
+    activations: keras_gradmon.ActivationMonitor
+
+    def alerts(self) -> list:
+        """Every alert of the three monitors, in step order."""
+        raised = [*self.checker.history, *self.activations.alerts]
+        return sorted([*raised, *self.health.history], key=lambda a: a.step)
+
+
+def train(
     iterations: int,
     log_dir: str,
     seed: int = 0,
     summary_every: int = 100,
     eval_every: int = 500,
     eval_episodes: int = 5,
-) -> RLHealthMonitor:
-    """Trains, monitored; returns the RL monitor (its `latest` numbers)."""
+    every_n_steps: int = MONITOR["every_n_steps"],
+) -> Monitors:
+    """Trains, monitored (gradient statistics and activations every
+    `every_n_steps`, RL health every `summary_every`); returns the monitors,
+    closed."""
     tf.random.set_seed(seed)
     train_env, eval_env = make_environments(seed)
     counter = tf.Variable(0, dtype=tf.int64)
-    agent, optimizer = make_agent(train_env, counter)
+    agent, optimizer = make_agent(train_env, counter, every_n_steps)
     agent.train = common.function(agent.train)
     writer = tf.summary.create_file_writer(log_dir)
     health = RLHealthMonitor(
@@ -154,16 +186,19 @@ def main(
         cooldown_steps=1000,
     )
     driver, iterator, probe = make_collection(train_env, agent, health)
-    checker = keras_gradmon.AlertChecker(optimizer)
-    activations = keras_gradmon.ActivationMonitor(
-        agent._q_network, probe, every_n_steps=MONITOR["every_n_steps"], writer=writer
+    monitors = Monitors(
+        health,
+        keras_gradmon.AlertChecker(optimizer),
+        keras_gradmon.ActivationMonitor(
+            agent._q_network, probe, every_n_steps=every_n_steps, writer=writer
+        ),
     )
     with writer.as_default():
         for i in range(1, iterations + 1):
-            activations.update(counter)
+            monitors.activations.update(counter)
             driver.run()
             loss = health.train(next(iterator)[0])  # agent.train, measured
-            checker.check()
+            monitors.checker.check()
             if i % eval_every == 0:
                 # The greedy policy's returns: rl/eval/..., watched by the
                 # return-collapse rule too.
@@ -171,9 +206,24 @@ def main(
                     episode_returns(eval_env, agent.policy, eval_episodes)
                 )
                 print(report_line(i, loss, health))
-    health.close()
+    for monitor in (health, monitors.checker, monitors.activations):
+        monitor.close()
     print(f"TensorBoard logs: {log_dir}; then: keras-gradmon report {log_dir}")
-    return health
+    return monitors
+
+
+def main(
+    iterations: int,
+    log_dir: str,
+    seed: int = 0,
+    summary_every: int = 100,
+    eval_every: int = 500,
+    eval_episodes: int = 5,
+) -> RLHealthMonitor:
+    """Trains, monitored; returns the RL monitor (its `latest` numbers)."""
+    return train(
+        iterations, log_dir, seed, summary_every, eval_every, eval_episodes
+    ).health
 
 
 if __name__ == "__main__":

@@ -1,0 +1,62 @@
+"""The default alert rules on real Keras runs, statistics every step
+(issue 23): silent on healthy training, each fault alerted at once.
+
+The full-length runs are `benchmarks/bench_alerts.py`; these are shortened
+to what a test can afford, each long enough that the rules it guards would
+fire (the transformer's hard batches reach 10x the median norm from step
+1,400 on; the old growth rule fired there).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.scenarios import gradients
+
+pytestmark = pytest.mark.slow
+
+
+def _quiet(outcome, converged):
+    assert outcome.alerts == [], [a.message for a in outcome.alerts]
+    assert outcome.lines == []
+    assert outcome.final_loss < converged
+
+
+def test_a_transformer_trained_to_convergence_raises_nothing():
+    _quiet(gradients.transformer(steps=1600), converged=0.01)
+
+
+def test_a_batchnorm_cnn_trained_to_convergence_raises_nothing():
+    _quiet(gradients.bn_cnn(steps=600), converged=0.1)
+
+
+def test_an_lstm_trained_to_convergence_raises_nothing():
+    _quiet(gradients.lstm(steps=1200), converged=0.01)
+
+
+def test_an_mlp_memorizing_random_labels_raises_nothing():
+    _quiet(gradients.memorizer(steps=2000), converged=0.5)
+
+
+def test_a_learning_rate_jump_alerts_within_5_steps():
+    outcome = gradients.learning_rate_jump(steps=700, fault_step=600)
+    assert outcome.false_alarms == []
+    first = outcome.first()
+    assert first.rule == "growth" and outcome.delay() <= 5
+    assert first.message in outcome.lines  # said at once, in full
+
+
+def test_a_nan_input_is_critical_at_that_very_step():
+    outcome = gradients.nan_input(steps=60, fault_step=30)
+    assert outcome.false_alarms == []
+    first = outcome.first()
+    assert (first.rule, first.tier, first.step) == ("nonfinite", "critical", 30)
+    assert outcome.lines[0] == first.message
+
+
+def test_a_deep_sigmoid_stack_alerts_vanishing_layers_at_the_documented_step():
+    # docs/alerts.md: the gap of a 12-layer sigmoid stack is there from the
+    # start; the rule's patience is 100 steps.
+    outcome = gradients.sigmoid_stack(steps=130)
+    assert [(a.rule, a.step) for a in outcome.alerts] == [("vanishing_layers", 100)]
+    assert outcome.alerts[0].subject == "stack/sigmoid_0/kernel"  # the first
