@@ -215,3 +215,17 @@ def test_a_skipped_spike_is_named_by_its_step_when_spikes_are_tracked():
 def test_bad_arguments_are_refused_by_name(build, name, value):
     with pytest.raises(ValueError, match=rf"`{name}`.* {name}={value}"):
         build()
+
+
+@pytest.mark.parametrize(("before", "fires"), [(9, False), (10, True)])
+def test_interval_spikes_are_judged_from_the_tenth_summary(before, fires):
+    # docs/alerts.md: judged once the history spans `warmup` steps and holds
+    # 10 summaries (`min_samples`); summaries every 100 steps span the
+    # warm-up at once, so the 10 summaries are what it waits for.
+    rule = IntervalSpikeRule()
+    for step in range(99, 100 * before, 100):
+        assert rule.update(step, _norms(step)) == []
+    step = 100 * before + 99
+    alerts = rule.update(step, _norms(step, spike_at=step - 50, spike=1e3))
+    expected = [("spike", step - 50)] if fires else []
+    assert [(a.rule, a.step) for a in alerts] == expected
