@@ -1,0 +1,17 @@
+"""The DQN CartPole example raises no alert at every monitor's defaults,
+gradient statistics and activations every step (issue 23, section 2;
+shortened: `benchmarks/bench_alerts.py` runs the example's 3,000 steps)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.scenarios import dqn
+
+pytestmark = [pytest.mark.agents, pytest.mark.slow]
+
+
+def test_the_dqn_cartpole_example_raises_nothing(tmp_path):
+    outcome = dqn.cartpole(iterations=600, log_dir=str(tmp_path), summary_every=100)
+    assert outcome.alerts == [], [a.message for a in outcome.alerts]
+    assert outcome.lines == []
