@@ -62,7 +62,9 @@ def test_dead_units_at_every_step_log_a_few_lines_and_keep_every_alert(
     flags = scalar_series(events, "alerts/dead_units")
     assert flags == {step: 1.0 for step in range(STEPS)}
     flags = scalar_series(events, "alerts/activation_std")
-    assert band and flags == {step: float(step in band) for step in range(STEPS)}
+    # The layers' std stays inside the default band: a 0 flag at each summary.
+    assert band == []
+    assert flags == {step: 0.0 for step in range(STEPS)}
 
 
 #: "<what> of 'h1'" in the folded lines of the dead-unit incident.
