@@ -112,12 +112,22 @@ def dead_relu_onset(
         "activation_std"), the layer of each, and the lines logged to
         "keras_gradmon".
 
+    Raises:
+        RuntimeError: On a Keras backend other than TensorFlow (on JAX `fit`
+            keeps the weights outside the variables, so the onset's
+            assignment would not reach the train step).
+
     Example:
 
     >>> run = dead_relu_onset(steps=40, onset=20, every_n_steps=5)  # doctest: +SKIP
     >>> run["alerts"][0]  # doctest: +SKIP
     (20, 'dead_units', 'warning')
     """
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(
+            "dead_relu_onset runs on the TensorFlow backend. Received: "
+            f"keras.backend.backend()={keras.backend.backend()!r}"
+        )
     model = _model(seed)
     x, y = _data(steps * BATCH, seed)
     probe, _ = _data(256, seed + 1)
