@@ -1,6 +1,16 @@
 """Activation alert scenarios on a real Keras model (TensorFlow backend),
 shared by `tests/alerts/test_activation_onset.py` and the alert benchmarks.
 
+`dead_relu_onset`: a ReLU layer that dies during training. A 20-64-64-3
+ReLU MLP (Keras defaults, Adam 1e-3, batch 32, standardized inputs) trains;
+after the update that ends step `onset - 1` the bias of its layer "h2" is
+set to -100, so from step `onset` on every unit of "h2" outputs 0 on every
+input and never recovers (its gradients are 0). `ActivationMonitorCallback`
+measures a 256-sample held-out probe batch every `every_n_steps` steps, at
+its default rules. Expected: no activation alert before the onset; a
+dead-unit warning on "h2" at the first summary at or after `onset`,
+critical from the next one (100% dead for 2 summaries).
+
 Import it from a benchmark script (`benchmarks/` is on `sys.path` there) as
 `from _activation_scenarios import dead_relu_onset`, from the tests as
 `from benchmarks._activation_scenarios import dead_relu_onset`.
@@ -84,20 +94,26 @@ def _rule_name(callback: ActivationMonitorCallback, alert: Alert) -> str:
     return alert.rule
 
 
+def _fit_logged(
+    model: keras.Model, x: np.ndarray, y: np.ndarray, callbacks: list
+) -> list[str]:
+    """Trains one epoch in order; returns the lines logged to "keras_gradmon"."""
+    lines = _Lines()
+    logger = logging.getLogger("keras_gradmon")
+    logger.addHandler(lines)
+    try:
+        model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0, callbacks=callbacks)
+    finally:
+        logger.removeHandler(lines)
+    return lines.lines
+
+
 def dead_relu_onset(
     steps: int = 300, onset: int = 150, every_n_steps: int = 1, seed: int = 0
 ) -> dict[str, Any]:
-    """Trains a healthy ReLU MLP whose layer "h2" dies at step `onset`, with
-    `ActivationMonitorCallback` at its default rules.
-
-    The model (20-64-64-3, Keras defaults, Adam 1e-3, batch 32, standardized
-    inputs) trains `steps` steps; after the update that ends step
-    `onset - 1` the bias of "h2" is set to -100, so from step `onset` on
-    every unit of "h2" outputs 0 on every input and never recovers (its
-    gradients are 0). The callback measures a 256-sample held-out probe
-    batch every `every_n_steps` steps. Expected: no activation alert before
-    the onset; a dead-unit warning on "h2" at the first summary at or after
-    `onset`, critical from the next one (100% dead for 2 summaries).
+    """Trains a healthy ReLU MLP whose layer "h2" dies at step `onset` (see
+    the module's docstring), with `ActivationMonitorCallback` at its
+    default rules.
 
     Args:
         steps: Train steps (one epoch of `steps` batches).
@@ -134,24 +150,11 @@ def dead_relu_onset(
     callback = ActivationMonitorCallback(
         probe, every_n_steps=every_n_steps, histogram_buckets=None
     )
-    lines = _Lines()
-    logger = logging.getLogger("keras_gradmon")
-    logger.addHandler(lines)
-    try:
-        model.fit(
-            x,
-            y,
-            batch_size=BATCH,
-            shuffle=False,
-            verbose=0,
-            callbacks=[_KillAt(onset), callback],
-        )
-    finally:
-        logger.removeHandler(lines)
+    lines = _fit_logged(model, x, y, [_KillAt(onset), callback])
     alerts = callback.alerts
     return {
         "onset": onset,
         "alerts": [(a.step, _rule_name(callback, a), a.tier) for a in alerts],
         "subjects": [a.subject for a in alerts],
-        "lines": lines.lines,
+        "lines": lines,
     }
