@@ -111,9 +111,8 @@ def _fit_logged(
 def dead_relu_onset(
     steps: int = 300, onset: int = 150, every_n_steps: int = 1, seed: int = 0
 ) -> dict[str, Any]:
-    """Trains a healthy ReLU MLP whose layer "h2" dies at step `onset` (see
-    the module's docstring), with `ActivationMonitorCallback` at its
-    default rules.
+    """Trains a ReLU MLP whose layer "h2" dies at step `onset` (see the
+    module's docstring), with `ActivationMonitorCallback` at its defaults.
 
     Args:
         steps: Train steps (one epoch of `steps` batches).
