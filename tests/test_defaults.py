@@ -15,7 +15,7 @@ def test_every_user_reads_the_one_default():
     options = ActivationOptions(data=[[0.0]])
     rules = default_activation_rules()
     criteria = HealthCriteria()
-    assert defaults.STD_BAND == (0.5, 2.0)
+    assert defaults.STD_BAND == (0.05, 20.0)
     assert defaults.DEAD_FRACTION == 0.25
     bands = {
         tuple(args.std_band),

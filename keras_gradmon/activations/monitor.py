@@ -106,6 +106,12 @@ class ActivationMonitor:
             this many steps.
         max_per_rule: At most this many alerts per rule and tier.
         tag_scope: Inserted after the statistic in every tag.
+        fold_steps: The console groups the alerts of one (rule, layer,
+            tier) into an incident: the first in full, repeats folded into
+            one line after `fold_steps` steps (then 2x, 4x, ... as many),
+            one line when it ends (quiet for `fold_steps` steps); None logs
+            every alert in full. The alerts themselves are all kept (see
+            `keras_gradmon.alerts.incidents.IncidentLog`).
 
     Example:
 

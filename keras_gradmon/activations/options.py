@@ -13,6 +13,7 @@ from keras_gradmon.activations.layers import check_layers_argument
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.defaults import default_activation_rules
 from keras_gradmon.alerts.engine import AlertEngine
+from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
 from keras_gradmon.alerts.runner import Action, AlertDelivery, alerting
 from keras_gradmon.hub import Hub
 from keras_gradmon.options import with_overrides
@@ -30,6 +31,7 @@ class ActivationOptions:
     options = ActivationOptions(data=x_val[:256], every_n_steps=50)
     monitor = ActivationMonitor(model, options, log_dir="logs")
     ActivationOptions(data=x_val[:256], every_n_steps=0)  # ValueError
+    ActivationOptions(data=x_val[:256], fold_steps=0)  # ValueError
     ```
     """
 
@@ -47,6 +49,7 @@ class ActivationOptions:
     cooldown_steps: int = 0
     max_per_rule: int | None = None
     tag_scope: str | None = None
+    fold_steps: int | None = DEFAULT_FOLD_STEPS
 
     def __post_init__(self) -> None:
         if self.data is None:
@@ -104,6 +107,7 @@ class ActivationOptions:
             self.cooldown_steps,
             self.max_per_rule,
             hub,
+            self.fold_steps,
         )
         delivery.tag_scope = self.tag_scope
         return engine, delivery

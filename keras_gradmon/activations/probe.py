@@ -27,6 +27,7 @@ from keras_gradmon.stats import bucket_counts, tensor_statistics
 from keras_gradmon.stats.activations import (
     SATURATING,
     dead_units,
+    exact_dead_fraction,
     saturated_fraction,
 )
 from keras_gradmon.tags import tag
@@ -44,6 +45,7 @@ ACTIVATION_STATISTICS: tuple[str, ...] = (
     "saturated_fraction",
 )
 _MOMENTS = ACTIVATION_STATISTICS[:6]
+_DEAD = ACTIVATION_STATISTICS.index("dead_fraction")
 #: The module that compiles the probe and captures the outputs, by backend.
 _CAPTURE = {
     "tensorflow": "keras_gradmon.activations.capture",
@@ -80,8 +82,9 @@ class ActivationSnapshot:
         step: The training step the probe describes.
         layers: The watched layers' names, in row order.
         activations: The activation of each layer ("relu", "tanh", ...).
-        stats: `[num_layers, len(ACTIVATION_STATISTICS)]`; rows of layers
-            the forward pass did not reach are NaN.
+        stats: float64 `[num_layers, len(ACTIVATION_STATISTICS)]` (the dead
+            fraction the exact ratio, the rest measured in float32); rows
+            of layers the forward pass did not reach are NaN.
         reached: Boolean `[num_layers]`: whether the pass ran each layer.
         hist_counts: int `[num_layers, buckets]` bucket counts, or None.
         hist_range: `[num_layers, 2]` min and max of each layer's outputs,
@@ -153,14 +156,15 @@ def _nan() -> Tensor:
     return ops.full([], float("nan"), "float32")
 
 
-def _layer_statistics(y: Tensor, dead: Tensor, activation: str) -> Tensor:
+def _layer_statistics(y: Tensor, activation: str) -> Tensor:
     moments = tensor_statistics(y, _MOMENTS)
     saturation = (
         saturated_fraction(y, activation) if activation in SATURATING else _nan()
     )
+    # The dead fraction is counted on the host (`measure`).
     return ops.stack(
         [ops.cast(moments[name], "float32") for name in _MOMENTS]
-        + [ops.mean(ops.cast(dead, "float32")), saturation]
+        + [_nan(), saturation]
     )
 
 
@@ -242,7 +246,7 @@ class ActivationProbe:
             y = _merged(outs) if outs else None
             dead.append(dead_units(y) if outs else ops.zeros([0], "bool"))
             rows.append(
-                _layer_statistics(y, dead[-1], watched.activation) if outs else missing
+                _layer_statistics(y, watched.activation) if outs else missing
             )
             if self.buckets is not None:
                 c, r = bucket_counts(y, self.buckets) if outs else self._no_counts()
@@ -269,12 +273,16 @@ class ActivationProbe:
         """
         result = self._function(self.data, state)
         values = {k: np.asarray(v) for k, v in result.items() if k != "dead"}
+        stats = values["stats"].astype(np.float64)
+        for row, (mask, reached) in enumerate(zip(result["dead"], values["reached"])):
+            if reached:
+                stats[row, _DEAD] = exact_dead_fraction(mask)
         names = tuple(w.name for w in self.layers)
         return ActivationSnapshot(
             step=int(step),
             layers=names,
             activations=tuple(w.activation for w in self.layers),
-            stats=values["stats"],
+            stats=stats,
             reached=values["reached"],
             hist_counts=values.get("counts"),
             hist_range=values.get("ranges"),

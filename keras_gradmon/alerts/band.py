@@ -10,9 +10,10 @@ from keras_gradmon.alerts.events import Alert
 class BandRule(Rule):
     """Warns when a value stays outside the band `[low, high]`.
 
-    Made for activation standard deviations, which stay about 0.5 to 2.0 in
-    a healthy network: far below, signals shrink layer by layer (vanishing),
-    far above they grow (exploding). Like `VanishingRule` it is
+    Made for activation standard deviations, which stay within about 0.1
+    to 2 in a healthy network: far below, signals shrink layer by layer
+    (vanishing), far above they grow (exploding). Values equal to `low` or
+    `high` are in the band. Like `VanishingRule` it is
     edge-triggered: it fires once, on the summary that completes a run of
     `patience` consecutive values out of band, and again only after the
     value came back into the band and left it for another run. The alert's

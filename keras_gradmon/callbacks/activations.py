@@ -43,7 +43,7 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
             for `ActivationMonitor`: `log_dir` / `writer`, `layers`,
             `every_n_steps`, `histogram_buckets`, `std_band`,
             `dead_fraction`, `rules`, `actions`, `jsonl_path`,
-            `cooldown_steps`, `max_per_rule`, `tag_scope`.
+            `cooldown_steps`, `max_per_rule`, `tag_scope`, `fold_steps`.
 
     Example:
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from keras import ops
 
 from keras_gradmon.backend import Tensor
@@ -49,6 +50,22 @@ def dead_units(y: Any) -> Tensor:
     samples = _units_last(y)
     has_samples = ops.shape(samples)[0] > 0
     return ops.logical_and(ops.all(ops.equal(samples, 0), axis=0), has_samples)
+
+
+def exact_dead_fraction(mask: Any) -> float:
+    """The fraction of dead units from a `dead_units` mask read back to the
+    host, exactly (a float64 ratio; 0 for no units). A float32 ratio can
+    round above itself (3/10 to 0.30000001), past a threshold equal to it,
+    so the activation rules read this one.
+
+    Example:
+
+    >>> exact_dead_fraction([True, False, False, True, False, False, False,
+    ...                      False, False, False]) > 0.2
+    False
+    """
+    mask = np.asarray(mask, dtype=bool)
+    return np.count_nonzero(mask) / mask.size if mask.size else 0.0
 
 
 def dead_fraction(y: Any) -> Tensor:

@@ -38,6 +38,25 @@ def test_exactly_the_dead_units_are_reported(kind):
     assert all(snapshot.dead_units[layer].size == 0 for layer in others)
 
 
+@pytest.mark.parametrize(("dead", "alerts"), [(3, 0), (4, 1)])
+def test_a_dead_fraction_equal_to_the_threshold_is_not_above_it(dead, alerts):
+    # 3 of 10 units dead is 0.3 exactly: not above `dead_fraction=0.3`
+    # (in float32 it would be 0.30000001).
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((models.FEATURES,)), keras.layers.Dense(10, activation="relu")]
+    )
+    kernel, bias = model.layers[0].get_weights()
+    bias[:dead] = -1e3
+    model.layers[0].set_weights([kernel, bias])
+    monitor = ActivationMonitor(
+        model, models.probe_data(), std_band=None, dead_fraction=0.3
+    )
+    snapshot = monitor.record(0)
+    assert list(snapshot.stat("dead_fraction").values()) == [dead / 10]
+    assert len(monitor.alerts) == alerts
+
+
 def test_a_unit_alive_on_one_sample_is_not_dead():
     model = models.sequential()
     x = models.probe_data()

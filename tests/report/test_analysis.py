@@ -70,7 +70,7 @@ def test_exploding_vanishing_and_nonfinite_layers_are_named_with_a_reason():
 
 def test_activation_findings_and_sigmoid_exemption():
     scalars = {
-        "activation_std/relu": {0: 1.0, 10: 0.1},
+        "activation_std/relu": {0: 1.0, 10: 0.01},
         "activation_dead_fraction/relu": {0: 0.0, 10: 0.5},
         "activation_min/relu": {10: 0.0},
         "activation_max/relu": {10: 3.0},
