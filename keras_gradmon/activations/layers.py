@@ -22,6 +22,9 @@ _ACTIVATION_LAYERS = {
 _NOT_HIDDEN = ("", "linear", "softmax", "log_softmax")
 #: Outputs that are zero for every sample mark a dead unit.
 RELU_LIKE = ("relu", "relu6")
+#: The activation name of a recurrent layer (LSTM, GRU, ...): its output is
+#: a gated product, not one activation applied to a layer's sum.
+RECURRENT = "recurrent"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +45,8 @@ class WatchedLayer:
 
 
 def activation_name(layer: Any) -> str:
-    """The name of the activation `layer` applies, "" if none is known.
+    """The name of the activation `layer` applies, "" if none is known
+    (`RECURRENT` for a recurrent layer).
 
     Example:
 
@@ -52,6 +56,8 @@ def activation_name(layer: Any) -> str:
     by_class = _ACTIVATION_LAYERS.get(type(layer).__name__)
     if by_class is not None:
         return by_class
+    if hasattr(getattr(layer, "cell", None), "_flatten_layers"):
+        return RECURRENT
     function = getattr(layer, "activation", None)
     if not callable(function):
         return ""
@@ -62,16 +68,33 @@ def model_layers(model: Any) -> list[Any]:
     """Every layer inside `model`, nested ones included, in tracking order.
 
     Input layers and the models themselves (which only route their layers)
-    are left out.
+    are left out. A recurrent layer (LSTM, GRU, ...) counts as one layer:
+    its cell runs inside the loop over time steps, where its outputs cannot
+    be read, so the cell is left out and the recurrent layer's output is
+    what is measured.
     """
+    loops = _loop_bodies(model)
     found = []
     for layer in model._flatten_layers(include_self=False, recursive=True):
-        kind = type(layer).__name__
+        if id(layer) in loops or type(layer).__name__ == "InputLayer":
+            continue
         children = layer._flatten_layers(include_self=False, recursive=False)
-        if kind == "InputLayer" or any(True for _ in children):
+        if any(id(child) not in loops for child in children):
             continue
         found.append(layer)
     return found
+
+
+def _loop_bodies(model: Any) -> set[int]:
+    """The ids of the layers a recurrent layer calls inside its loop: its
+    `cell` and the cell's own layers (stacked cells)."""
+    bodies: set[int] = set()
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        cell = getattr(layer, "cell", None)
+        if cell is not None and hasattr(cell, "_flatten_layers"):
+            inside = cell._flatten_layers(include_self=True, recursive=True)
+            bodies.update(id(sublayer) for sublayer in inside)
+    return bodies
 
 
 def check_layers_argument(layers: object) -> re.Pattern[str] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from keras_gradmon.activations.layers import WatchedLayer, select_layers
+from keras_gradmon.activations.layers import RECURRENT, WatchedLayer, select_layers
 from keras_gradmon.activations.options import ActivationOptions
 from keras_gradmon.activations.probe import ActivationProbe, ActivationSnapshot
 from keras_gradmon.alerts import Alert
@@ -35,18 +35,21 @@ def _writes_summaries(model: Any) -> bool:
     return chief_writes(weights[0]) if weights else True
 
 
-#: Outputs confined to [0, 1] have a std of at most 0.5: the std band says
-#: nothing about them (saturation does).
-_UNIT_INTERVAL = ("sigmoid", "hard_sigmoid", "softmax")
+#: The layers the std band says nothing about: outputs confined to [0, 1]
+#: have a std of at most 0.5 (saturation says more), and a recurrent
+#: layer's gated output starts near 0 by design (a fresh LSTM's std is
+#: about 0.04, its cell state starting at 0 and its gates at 0.5).
+_NO_BAND = ("sigmoid", "hard_sigmoid", "softmax", RECURRENT)
 
 
 def activation_metrics(snapshot: ActivationSnapshot) -> dict[str, dict[str, float]]:
     """The numbers the activation rules read, per layer: the std (of layers
-    whose outputs are not confined to [0, 1]) and the dead fraction."""
+    whose outputs are neither confined to [0, 1] nor recurrent) and the dead
+    fraction."""
     bounded = {
         layer
         for layer, activation in zip(snapshot.layers, snapshot.activations)
-        if activation in _UNIT_INTERVAL
+        if activation in _NO_BAND
     }
     stds = {k: v for k, v in snapshot.stat("std").items() if k not in bounded}
     return {ACTIVATION_STD: stds, DEAD_FRACTION: snapshot.stat("dead_fraction")}
@@ -91,8 +94,8 @@ class ActivationMonitor:
             none.
         std_band: Healthy `(low, high)` band of each layer's activation
             std (sigmoid and softmax layers, whose std cannot exceed 0.5,
-            are left out); None for no band alert. Ignored when `rules` is
-            given.
+            and recurrent layers are left out); None for no band alert.
+            Ignored when `rules` is given.
         dead_fraction: Warn above this fraction of dead units in a layer;
             None for no dead-unit alert. Ignored when `rules` is given.
         rules: Alert rules by name (reading the metrics

@@ -259,3 +259,34 @@ def test_bad_keywords_name_the_argument(args, kwargs, error, message):
         ActivationMonitor(models.sequential(), *args, **options, **kwargs)
     with pytest.raises(error, match=message):
         keras_gradmon.ActivationMonitorCallback(*args, **options, **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_a_recurrent_layer_is_measured_by_its_output_not_its_cell(kind):
+    # The cell runs inside the loop over time steps: reading its outputs
+    # from the probe failed (InaccessibleTensorError), during `fit` too.
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((5, 3)),
+            getattr(keras.layers, kind)(4, name="rnn"),
+            keras.layers.Dense(2, activation="relu", name="h"),
+            keras.layers.Dense(1, name="head"),
+        ]
+    )
+    x = np.random.default_rng(0).normal(size=(16, 5, 3)).astype("float32")
+    monitor = ActivationMonitor(model, x)
+    assert monitor.layer_names == ["rnn", "h"]
+    snapshot = monitor.record(step=1)
+    rnn = keras.Model(model.inputs, model.get_layer("rnn").output)(x).numpy()
+    assert snapshot.stat("std")["rnn"] == pytest.approx(float(np.std(rnn)), rel=1e-5)
+    # A fresh recurrent layer's output is small (about 0.04 here): the std
+    # band is not applied to it.
+    assert list(snapshot.activations) == ["recurrent", "relu"]
+    assert keras_gradmon.activations.monitor.activation_metrics(snapshot)[
+        "activation_std"
+    ].keys() == {"h"}
+    callback = keras_gradmon.ActivationMonitorCallback(x, every_n_steps=1)
+    model.compile("adam", "mse")
+    model.fit(x, x[:, 0, :1], epochs=2, verbose=0, callbacks=[callback])
+    assert callback.monitor.latest.step == 1
