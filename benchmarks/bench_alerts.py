@@ -42,9 +42,7 @@ SCENARIOS = {
         "gradients", "learning_rate_jump", 1_200, 700, (None, None, 5)
     ),
     "nan_input": ("gradients", "nan_input", 400, 400, ("nonfinite", "critical", 0)),
-    "dead_relu": (
-        "activations", "dead_relu_onset", 1_000, 400, ("dead_units", None, 0)
-    ),
+    "dead_relu": ("activations", "dead_relu_onset", 300, 300, (None, None, 0)),
     "sigmoid_stack": (
         "gradients", "sigmoid_stack", 300, 300, ("vanishing_layers", None, 100)
     ),

@@ -3,7 +3,8 @@ statistics every step.
 
 Healthy runs (no alert is right): an MLP memorizing random labels (the
 memory soak's model), a small transformer, a BatchNorm CNN and an LSTM,
-each trained to convergence on data it can learn. Faulty runs (each fault
+each trained to convergence on data it can learn, their activations
+measured every step too. Faulty runs (each fault
 must alert at once): a learning rate that jumps 100x, a batch with a NaN
 input, and a deep sigmoid stack whose gradients vanish.
 
@@ -19,7 +20,11 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from keras_gradmon import GradientAlertCallback, GradientMonitorOptimizer
+from keras_gradmon import (
+    ActivationMonitorCallback,
+    GradientAlertCallback,
+    GradientMonitorOptimizer,
+)
 from tests.scenarios import models
 from tests.scenarios.running import Outcome, console
 
@@ -51,10 +56,15 @@ def run(
     fault_step: int | None = None,
     callbacks: list | None = None,
     alert_callback: GradientAlertCallback | None = None,
+    probe: np.ndarray | None = None,
+    probe_every: int = 1,
     jit_compile: bool | str = "auto",
 ) -> Outcome:
     """Fits `model` for `steps` steps (epochs over `data`, in order) with
-    statistics every step and the default alert rules (or `alert_callback`).
+    statistics every step and the default alert rules (or `alert_callback`),
+    and, given a `probe` batch, the activations measured every `probe_every`
+    steps at the default activation rules. The fault's `callbacks` run
+    before the monitors' at each step.
 
     Returns:
         The `Outcome`: every alert, the console lines, the fault step.
@@ -62,6 +72,13 @@ def run(
     x, y = data
     per_epoch = len(x) // batch_size
     alerts = alert_callback or GradientAlertCallback()
+    watchers = [alerts]
+    if probe is not None:
+        watchers.append(
+            ActivationMonitorCallback(
+                probe, every_n_steps=probe_every, histogram_buckets=None
+            )
+        )
     model.compile(
         GradientMonitorOptimizer(
             optimizer, every_n_steps=1, histogram_every_n_steps=None
@@ -74,9 +91,10 @@ def run(
             x[: per_epoch * batch_size], y[: per_epoch * batch_size],
             batch_size=batch_size, epochs=-(-steps // per_epoch),
             steps_per_epoch=None, shuffle=False, verbose=0,
-            callbacks=[alerts, _StopAt(steps), *(callbacks or [])],
+            callbacks=[*(callbacks or []), *watchers, _StopAt(steps)],
         )
-        outcome.alerts.extend(alerts.alerts)
+        raised = [alert for watcher in watchers for alert in watcher.alerts]
+        outcome.alerts.extend(sorted(raised, key=lambda alert: alert.step))
     outcome.final_loss = float(model.history.history["loss"][-1])
     return outcome
 
@@ -102,31 +120,35 @@ def memorizer(steps: int = 2000, seed: int = 0) -> Outcome:
     return run(
         "memorizer (soak)", models.soak_mlp(seed), (x, y), steps,
         optimizer=keras.optimizers.Adam(1e-3), batch_size=128, jit_compile=True,
+        probe=x[:256],
     )
 
 
 def transformer(steps: int = 3000, seed: int = 0) -> Outcome:
     """A one-block transformer classifying the largest token of a sequence."""
+    data = models.largest_token(seed)
     return run(
-        "transformer", models.transformer(seed), models.largest_token(seed), steps,
-        optimizer=keras.optimizers.Adam(1e-3),
+        "transformer", models.transformer(seed), data, steps,
+        optimizer=keras.optimizers.Adam(1e-3), probe=data[0][:256],
     )
 
 
 def bn_cnn(steps: int = 2000, seed: int = 0) -> Outcome:
     """A BatchNorm CNN finding which quadrant of a noisy image holds a
     square."""
+    data = models.quadrant_images(seed)
     return run(
-        "bn_cnn", models.bn_cnn(seed), models.quadrant_images(seed), steps,
-        optimizer=keras.optimizers.Adam(1e-3),
+        "bn_cnn", models.bn_cnn(seed), data, steps,
+        optimizer=keras.optimizers.Adam(1e-3), probe=data[0][:256],
     )
 
 
 def lstm(steps: int = 3000, seed: int = 0) -> Outcome:
     """An LSTM regressing the running sum of a noisy sequence."""
+    data = models.sequence_sums(seed)
     return run(
-        "lstm", models.lstm(seed), models.sequence_sums(seed), steps,
-        optimizer=keras.optimizers.Adam(1e-3), loss="mse",
+        "lstm", models.lstm(seed), data, steps,
+        optimizer=keras.optimizers.Adam(1e-3), loss="mse", probe=data[0][:256],
     )
 
 
