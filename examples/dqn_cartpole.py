@@ -158,6 +158,29 @@ class Monitors(NamedTuple):
         return sorted([*raised, *self.health.history], key=lambda a: a.step)
 
 
+def make_health(agent, env, writer, summary_every: int) -> RLHealthMonitor:
+    """The RL health monitor: a summary every `summary_every` train steps."""
+    return RLHealthMonitor(
+        agent,
+        env_batch_size=env.batch_size,
+        every_n_steps=summary_every,
+        writer=writer,
+        window=20,
+        solve_threshold=SOLVED,
+        cooldown_steps=1000,
+    )
+
+
+def iteration(driver, iterator, counter: tf.Variable, monitors: Monitors):
+    """One collect step and one train step, each monitor looking on; the
+    train step's loss info."""
+    monitors.activations.update(counter)
+    driver.run()
+    loss = monitors.health.train(next(iterator)[0])  # agent.train, measured
+    monitors.checker.check()
+    return loss
+
+
 def train(
     iterations: int,
     log_dir: str,
@@ -176,15 +199,7 @@ def train(
     agent, optimizer = make_agent(train_env, counter, every_n_steps)
     agent.train = common.function(agent.train)
     writer = tf.summary.create_file_writer(log_dir)
-    health = RLHealthMonitor(
-        agent,
-        env_batch_size=train_env.batch_size,
-        every_n_steps=summary_every,
-        writer=writer,
-        window=20,
-        solve_threshold=SOLVED,
-        cooldown_steps=1000,
-    )
+    health = make_health(agent, train_env, writer, summary_every)
     driver, iterator, probe = make_collection(train_env, agent, health)
     monitors = Monitors(
         health,
@@ -195,10 +210,7 @@ def train(
     )
     with writer.as_default():
         for i in range(1, iterations + 1):
-            monitors.activations.update(counter)
-            driver.run()
-            loss = health.train(next(iterator)[0])  # agent.train, measured
-            monitors.checker.check()
+            loss = iteration(driver, iterator, counter, monitors)
             if i % eval_every == 0:
                 # The greedy policy's returns: rl/eval/..., watched by the
                 # return-collapse rule too.
@@ -206,24 +218,16 @@ def train(
                     episode_returns(eval_env, agent.policy, eval_episodes)
                 )
                 print(report_line(i, loss, health))
-    for monitor in (health, monitors.checker, monitors.activations):
+    for monitor in monitors:
         monitor.close()
     print(f"TensorBoard logs: {log_dir}; then: keras-gradmon report {log_dir}")
     return monitors
 
 
-def main(
-    iterations: int,
-    log_dir: str,
-    seed: int = 0,
-    summary_every: int = 100,
-    eval_every: int = 500,
-    eval_episodes: int = 5,
-) -> RLHealthMonitor:
-    """Trains, monitored; returns the RL monitor (its `latest` numbers)."""
-    return train(
-        iterations, log_dir, seed, summary_every, eval_every, eval_episodes
-    ).health
+def main(iterations: int, log_dir: str, **options) -> RLHealthMonitor:
+    """Trains, monitored (the options of `train`); returns the RL monitor
+    (its `latest` numbers)."""
+    return train(iterations, log_dir, **options).health
 
 
 if __name__ == "__main__":
@@ -232,4 +236,4 @@ if __name__ == "__main__":
     parser.add_argument("--log-dir", default="/tmp/keras_gradmon_dqn/seed_0")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    main(args.iterations, args.log_dir, args.seed)
+    main(args.iterations, args.log_dir, seed=args.seed)

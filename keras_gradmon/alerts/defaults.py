@@ -107,18 +107,7 @@ def default_activation_rules(
     """
     rules: dict[str, Rule] = {}
     if std_band is not None:
-        if not (isinstance(std_band, (tuple, list)) and len(std_band) == 2):
-            raise ValueError(
-                "`std_band` must be None or a pair (low, high). "
-                f"Received: std_band={std_band!r}"
-            )
-        try:
-            rules["activation_std"] = BandRule(*std_band, metric=ACTIVATION_STD)
-        except ValueError as error:
-            raise ValueError(
-                "`std_band` must be a pair (low, high) of finite numbers with "
-                f"0 < low < high ({error}). Received: std_band={std_band!r}"
-            ) from None
+        rules["activation_std"] = _std_band_rule(std_band)
     if dead_fraction is not None:
         warning = _validation.open_unit_interval("dead_fraction", dead_fraction)
         rules["dead_units"] = ThresholdRule(
@@ -128,3 +117,20 @@ def default_activation_rules(
             hint=DEAD_UNITS_HINT,
         )
     return rules
+
+
+def _std_band_rule(std_band: object) -> BandRule:
+    """The band rule on the activation std; a clear error for a band that
+    is not a pair `0 < low < high` of finite numbers."""
+    if not (isinstance(std_band, (tuple, list)) and len(std_band) == 2):
+        raise ValueError(
+            "`std_band` must be None or a pair (low, high). "
+            f"Received: std_band={std_band!r}"
+        )
+    try:
+        return BandRule(*std_band, metric=ACTIVATION_STD)
+    except ValueError as error:
+        raise ValueError(
+            "`std_band` must be a pair (low, high) of finite numbers with "
+            f"0 < low < high ({error}). Received: std_band={std_band!r}"
+        ) from None

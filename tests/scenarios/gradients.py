@@ -71,14 +71,7 @@ def run(
     """
     x, y = data
     per_epoch = len(x) // batch_size
-    alerts = alert_callback or GradientAlertCallback()
-    watchers = [alerts]
-    if probe is not None:
-        watchers.append(
-            ActivationMonitorCallback(
-                probe, every_n_steps=probe_every, histogram_buckets=None
-            )
-        )
+    watchers = _watchers(alert_callback, probe, probe_every)
     model.compile(
         GradientMonitorOptimizer(
             optimizer, every_n_steps=1, histogram_every_n_steps=None
@@ -97,6 +90,20 @@ def run(
         outcome.alerts.extend(sorted(raised, key=lambda alert: alert.step))
     outcome.final_loss = float(model.history.history["loss"][-1])
     return outcome
+
+
+def _watchers(
+    alerts: GradientAlertCallback | None, probe: np.ndarray | None, every: int
+) -> list[keras.callbacks.Callback]:
+    """The gradient alerts (default rules unless given) and, with a probe
+    batch, the activation monitor every `every` steps."""
+    watchers = [alerts or GradientAlertCallback()]
+    if probe is not None:
+        activations = ActivationMonitorCallback(
+            probe, every_n_steps=every, histogram_buckets=None
+        )
+        watchers.append(activations)
+    return watchers
 
 
 class _StopAt(keras.callbacks.Callback):
