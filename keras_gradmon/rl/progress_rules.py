@@ -12,58 +12,25 @@ from collections.abc import Mapping
 from keras_gradmon import _validation
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.events import Alert, format_number
+from keras_gradmon.rl.streak import StreakRule, Streaks
 
 INTENSITY = "training intensity"  # {"replay": batch x train steps / env steps}
 RETURN = "return"  # {"episodes": mean of the last N, "evaluation": eval mean}
 THROUGHPUT = "env steps/s"  # {"collection": environment steps per second}
 
 
-class StreakRule(Rule):
-    """A rule that fires when `breached(value)` holds for `patience`
-    consecutive summaries of a subject, and at each further one while it
-    holds; subclasses say what a breach is and its `limit` (the threshold
-    the alert names). Consecutive among the summaries that hold a value for
-    the subject: one without it (not measured then) neither breaks nor
-    extends the streak."""
-
-    def __init__(self, patience: int) -> None:
-        super().__init__()
-        self.patience = _validation.positive_int("patience", patience)
-        self._streak: dict[str, int] = {}
-
-    @property
-    def limit(self) -> float:
-        raise NotImplementedError
-
-    def breached(self, value: float) -> bool:
-        raise NotImplementedError
-
-    def reset(self) -> None:
-        super().reset()
-        self._streak.clear()
-
-    def _evaluate(self, step: int, values: dict[str, float]) -> list[Alert]:
-        alerts = []
-        for subject, value in values.items():
-            streak = self._streak.get(subject, 0) + 1 if self.breached(value) else 0
-            self._streak[subject] = streak
-            if streak >= self.patience:
-                context = f" for {streak} summaries" if self.patience > 1 else ""
-                alerts.append(
-                    self._alert(step, subject, value, self.limit, context=context)
-                )
-        return alerts
-
-
 class LowIntensityRule(StreakRule):
     """Warns when the training intensity stays below `minimum` (1: some
     samples are never trained on) for `patience` consecutive summaries
-    (see `StreakRule`; the intensity is measured once an environment step
-    is collected).
+    spanning `steps` steps (see `StreakRule`; the intensity is measured
+    once an environment step is collected).
 
     Args:
         minimum: Fires below this intensity (> 0).
         patience: Consecutive summaries below `minimum` before it fires.
+        steps: Steps those summaries must span (the default rules: 1,000,
+            so that a replay buffer's prefill, which makes the first steps'
+            intensity low, is not a streak).
 
     Example:
 
@@ -80,8 +47,10 @@ class LowIntensityRule(StreakRule):
         "larger batch, or fewer collect steps per iteration"
     )
 
-    def __init__(self, minimum: float = 1.0, patience: int = 2) -> None:
-        super().__init__(patience)
+    def __init__(
+        self, minimum: float = 1.0, patience: int = 2, steps: int = 0
+    ) -> None:
+        super().__init__(patience, steps)
         self.minimum = _validation.positive_finite("minimum", minimum)
 
     @property
@@ -185,15 +154,17 @@ class ReturnCollapseRule(Rule):
 class ThroughputDropRule(Rule):
     """Warns when environment steps per second stay below `1 - drop` times
     their median over the previous `history` normal summaries for
-    `patience` consecutive summaries (one slow interval, e.g. an evaluation
-    pause, is not a drop). A summary is normal when it is not below that;
-    until `history` normal summaries are kept, every summary is normal (no
-    median to judge against yet).
+    `patience` consecutive summaries spanning `steps` steps (one slow
+    interval, e.g. an evaluation pause, is not a drop). A summary is
+    normal when it is not below that; until `history` normal summaries are
+    kept, every summary is normal (no median to judge against yet).
 
     Args:
         drop: The fraction of the median lost that counts as slow (0, 1).
         history: Normal summaries the median is taken over.
         patience: Consecutive slow summaries before it fires.
+        steps: Steps those summaries must span (the default rules: 1,000;
+            at a summary every step, one step's speed is noise).
 
     Example:
 
@@ -212,18 +183,23 @@ class ThroughputDropRule(Rule):
         "a growing replay buffer, or summaries written too often"
     )
 
-    def __init__(self, drop: float = 0.5, history: int = 5, patience: int = 2) -> None:
+    def __init__(
+        self, drop: float = 0.5, history: int = 5, patience: int = 2, steps: int = 0
+    ) -> None:
         super().__init__()
         self.drop = _validation.open_unit_interval("drop", drop)
         self.history = _validation.positive_int("history", history)
-        self.patience = _validation.positive_int("patience", patience)
+        self.slow = Streaks(patience, steps)
         self._normal: dict[str, deque[float]] = {}
-        self._slow: dict[str, int] = {}
+
+    @property
+    def patience(self) -> int:
+        return self.slow.patience
 
     def reset(self) -> None:
         super().reset()
         self._normal.clear()
-        self._slow.clear()
+        self.slow.clear()
 
     def _evaluate(self, step: int, values: dict[str, float]) -> list[Alert]:
         alerts = []
@@ -233,20 +209,17 @@ class ThroughputDropRule(Rule):
             typical = statistics.median(normal) if full else None
             if typical is None or value >= (1.0 - self.drop) * typical:
                 normal.append(value)  # the reference learns normal speeds only
-                self._slow[subject] = 0
+                self.slow.end(subject)
                 continue
-            self._slow[subject] = self._slow.get(subject, 0) + 1
-            if self._slow[subject] >= self.patience:
+            if self.slow.extend(subject, step):
+                context = self.slow.context(subject, step)
                 alerts.append(
                     self._alert(
                         step,
                         subject,
                         value,
                         (1.0 - self.drop) * typical,
-                        context=(
-                            f" for {self._slow[subject]} summaries (median "
-                            f"{format_number(typical)} before)"
-                        ),
+                        context=f"{context} (median {format_number(typical)} before)",
                         details={"median": typical},
                     )
                 )

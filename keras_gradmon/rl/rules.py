@@ -8,10 +8,10 @@ texts for `keras-gradmon report --fail-on`, tier actions).
 Example:
 
 >>> engine = AlertEngine(default_rl_rules())
->>> alerts = engine.update(100, {"training intensity": {"replay": 0.5}})
->>> alerts = engine.update(200, {"training intensity": {"replay": 0.5}})
+>>> alerts = engine.update(1000, {"training intensity": {"replay": 0.5}})
+>>> alerts = engine.update(2000, {"training intensity": {"replay": 0.5}})
 >>> alerts[0].message.split(":")[0]
-'WARNING training intensity low at step 200'
+'WARNING training intensity low at step 2000'
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from keras_gradmon.rl.progress_rules import (
     THROUGHPUT,
     LowIntensityRule,
     ReturnCollapseRule,
-    StreakRule,
     ThroughputDropRule,
 )
+from keras_gradmon.rl.streak import StreakRule
 
 #: The metrics the rules read, each `{subject: value}` at a summary.
 ENTROPY = "entropy"  # {"collect_policy": entropy / ln(number of actions)}
@@ -106,9 +106,9 @@ class EntropyCollapseRule(Rule):
 
 class OverestimationRule(StreakRule):
     """Warns when the value estimate exceeds the realized return `ratio`
-    times over for `patience` consecutive summaries (see `StreakRule`: the
-    ratio is measured once an episode is complete and while the realized
-    return is positive).
+    times over for `patience` consecutive summaries spanning `steps` steps
+    (see `StreakRule`: the ratio is measured once an episode is complete
+    and while the realized return is positive).
 
     Early in training the estimate at the start states runs ahead of
     returns realized by older, worse policies; `patience` summaries in a
@@ -117,6 +117,7 @@ class OverestimationRule(StreakRule):
     Args:
         ratio: Estimate / realized return above which it fires (> 1).
         patience: Consecutive summaries above `ratio` before it fires.
+        steps: Steps those summaries must span (the default rules: 2,000).
 
     Example:
 
@@ -135,8 +136,10 @@ class OverestimationRule(StreakRule):
         "slowly, or lower the learning rate"
     )
 
-    def __init__(self, ratio: float = 2.0, patience: int = 3) -> None:
-        super().__init__(patience)
+    def __init__(
+        self, ratio: float = 2.0, patience: int = 3, steps: int = 0
+    ) -> None:
+        super().__init__(patience, steps)
         self.ratio = _validation.greater_than_one("ratio", ratio)
 
     @property
@@ -150,6 +153,11 @@ class OverestimationRule(StreakRule):
 def default_rl_rules() -> dict[str, Rule]:
     """Fresh RL rules, keyed by the name of their `alerts/rl/<name>` flag.
 
+    The streaks are in steps as well as summaries, so the rules mean the
+    same at every summary frequency: at the RL monitor's default (a summary
+    every 1,000 steps) 2 and 3 summaries in a row span 1,000 and 2,000
+    steps, which is what the rules ask for at any frequency.
+
     Example:
 
     >>> sorted(default_rl_rules())  # doctest: +NORMALIZE_WHITESPACE
@@ -158,10 +166,10 @@ def default_rl_rules() -> dict[str, Rule]:
     """
     return {
         "entropy_collapse": EntropyCollapseRule(),
-        "value_overestimation": OverestimationRule(),
-        "low_intensity": LowIntensityRule(),
+        "value_overestimation": OverestimationRule(patience=3, steps=2000),
+        "low_intensity": LowIntensityRule(patience=2, steps=1000),
         "return_collapse": ReturnCollapseRule(),
-        "throughput_drop": ThroughputDropRule(),
+        "throughput_drop": ThroughputDropRule(patience=2, steps=1000),
     }
 
 

@@ -186,10 +186,11 @@ def test_default_rules_read_the_metrics_the_monitor_feeds():
         "return": {"episodes": 200.0},
         "env steps/s": {"collection": 1000.0},
     }
-    assert engine.update(1, metrics) == []
-    engine.update(2, metrics)
+    # At the RL monitor's default frequency, a summary every 1,000 steps.
+    assert engine.update(1000, metrics) == []
+    engine.update(2000, metrics)
     fired = engine.update(
-        3,
+        3000,
         {
             **metrics,
             "entropy": {"collect_policy": 0.1},
@@ -218,3 +219,37 @@ def test_docstring_examples_hold(module):
     result = doctest.testmod(importlib.import_module(module))
     assert result.failed == 0
     assert result.attempted > 0
+
+
+@pytest.mark.parametrize(
+    ("rule", "bad", "span"),
+    [
+        ("value_overestimation", ("value/return", "start_states", 2.5), 2000),
+        ("low_intensity", ("training intensity", "replay", 0.5), 1000),
+    ],
+)
+@pytest.mark.parametrize("every", [1, 100, 1000])
+def test_default_streaks_span_the_same_steps_at_every_frequency(rule, bad, span, every):
+    # Breached from step 0 on, summaries every `every` steps: the default
+    # rule fires first at step `span` (and after its summaries in a row),
+    # whatever the frequency; a streak of one summary at every step (a
+    # replay buffer's prefill) says nothing.
+    _, subject, value = bad
+    fresh = default_rl_rules()[rule]
+    first = next(
+        step
+        for step in range(0, 5 * span, every)
+        if fresh.update(step, {subject: value})
+    )
+    assert first == max(span, (fresh.patience - 1) * every)
+
+
+def test_default_throughput_drop_spans_1000_steps_at_every_step():
+    rule = default_rl_rules()["throughput_drop"]
+    for step in range(5):
+        assert rule.update(step, {"collection": 100.0}) == []
+    slow = [
+        a for step in range(5, 2000) for a in rule.update(step, {"collection": 10.0})
+    ]
+    assert slow[0].step == 1005
+    assert " for 1001 summaries since step 5 (median 100 before)" in slow[0].message

@@ -12,6 +12,7 @@ from tensorboard.util import tensor_util
 from tf_agents.utils import common
 
 from keras_gradmon.rl import RLHealthMonitor
+from keras_gradmon.rl.rules import OverestimationRule, default_rl_rules
 from tests.agents.rl.helpers import BATCH, chain_dqn, collect
 from tests.reference import load_events, scalar_series
 
@@ -23,10 +24,16 @@ TITLE = "value/return overestimation"
 def _overestimating_run(tmp_path, caplog):
     """A frozen DQN whose Q-values are 3x the true values, a summary at
     every train step, the monitor otherwise at its defaults (rules,
-    `fold_steps`)."""
+    `fold_steps`) but for the overestimation rule's span: 3 summaries
+    alone (the default's 2,000 steps would fire from step 2,000)."""
     agent, env, buffer = chain_dqn(scale=3.0)
+    rules = {
+        **default_rl_rules(),
+        "value_overestimation": OverestimationRule(ratio=2.0, patience=3),
+    }
     monitor = RLHealthMonitor(
         agent,
+        rules=rules,
         every_n_steps=1,
         log_dir=str(tmp_path / "logs"),
         jsonl_path=str(tmp_path / "alerts.jsonl"),

@@ -13,6 +13,7 @@ from tf_agents.utils import common
 
 from keras_gradmon.cli import EXIT_ALERTS, main
 from keras_gradmon.rl import RLHealthMonitor
+from keras_gradmon.rl.rules import OverestimationRule, default_rl_rules
 from tests.agents.rl.envs import ChainEnv, completed_episodes
 from tests.agents.rl.helpers import (
     BATCH,
@@ -28,10 +29,19 @@ PREFILL = 30
 
 
 def _run(
-    tmp_path, scale, counter_dtype=tf.int64, calls=12, every=5, train=None, close=True
+    tmp_path,
+    scale,
+    counter_dtype=tf.int64,
+    calls=12,
+    every=5,
+    train=None,
+    close=True,
+    rules=None,
 ):
     agent, env, buffer = chain_dqn(scale, counter_dtype)
-    monitor = RLHealthMonitor(agent, every_n_steps=every, log_dir=str(tmp_path))
+    monitor = RLHealthMonitor(
+        agent, every_n_steps=every, log_dir=str(tmp_path), rules=rules
+    )
     driver = collect(env, agent, [buffer.add_batch, monitor.observer])
     for _ in range(PREFILL):
         driver.run()
@@ -126,7 +136,13 @@ def test_entropy_of_the_epsilon_greedy_collect_policy(tmp_path):
 
 
 def test_overestimation_alert_reaches_the_report(tmp_path, capsys):
-    _, monitor, _, _ = _run(tmp_path, 3.0, calls=11, every=5, close=False)
+    # Three summaries 5 steps apart: the rule counting summaries alone (the
+    # default also asks for 2,000 steps).
+    rules = {
+        **default_rl_rules(),
+        "value_overestimation": OverestimationRule(ratio=2.0, patience=3),
+    }
+    _, monitor, _, _ = _run(tmp_path, 3.0, calls=11, every=5, close=False, rules=rules)
     monitor.record_evaluation([5.0], step=10)  # the same step: flags kept
     monitor.close()
     (alert,) = monitor.history
