@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import json
 import math
 
@@ -16,12 +14,14 @@ from keras_gradmon.alerts import (
     Alert,
     format_number,
 )
+from tests.doctests import assert_examples_hold
 
 SPEC_EXAMPLE = (
     "CRITICAL gradient threshold at step 300: grad_norm of 'actor_cnn' = "
     "826,256 > 50,000. Hint: lower the learning rate or enable global-norm "
     "clipping (clipping: {method: global_norm}) in the config."
 )
+
 
 
 def test_message_matches_the_documented_example():
@@ -186,6 +186,4 @@ def test_invalid_tier_is_rejected():
     ],
 )
 def test_docstring_examples_hold(module):
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.failed == 0
-    assert result.attempted > 0
+    assert_examples_hold(module)

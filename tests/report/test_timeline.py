@@ -5,8 +5,6 @@ under the norm plot in the HTML."""
 from __future__ import annotations
 
 import base64
-import doctest
-import importlib
 import io
 import itertools
 import json
@@ -21,8 +19,10 @@ from keras_gradmon.cli import main
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 from keras_gradmon.report.render import timeline_lines
 from keras_gradmon.report.timeline import alert_timeline
+from tests.doctests import assert_examples_hold
 
 CRITICAL_RGB = (0xD6, 0x27, 0x28)  # the critical tier's colour in the plots
+
 
 
 def _alert(step, value=5.0, rule="growth", tier=WARNING, subject="global", **kw):
@@ -31,15 +31,25 @@ def _alert(step, value=5.0, rule="growth", tier=WARNING, subject="global", **kw)
 
 def _spans(timeline):
     return [
-        (i.first.rule, i.first.subject, i.first.tier, i.first.step, i.last.step,
-         i.count, i.worst.value, i.worst.step)
+        (
+            i.first.rule,
+            i.first.subject,
+            i.first.tier,
+            i.first.step,
+            i.last.step,
+            i.count,
+            i.worst.value,
+            i.worst.step,
+        )
         for i in timeline.incidents
-    ]  # fmt: skip
+    ]
 
 
 def test_incidents_of_hand_built_alerts_have_exact_spans_counts_and_worst():
     alerts = [
-        _alert(1, 5.0), _alert(2, 50.0), _alert(3, 7.0),
+        _alert(1, 5.0),
+        _alert(2, 50.0),
+        _alert(3, 7.0),
         _alert(103, 6.0),  # 100 steps after its last: the same incident
         _alert(204, 9.0),  # 101 steps after: quiet for 100, a new one
         _alert(2, 20.0, tier=CRITICAL),  # an escalation: its own incident
@@ -47,7 +57,7 @@ def test_incidents_of_hand_built_alerts_have_exact_spans_counts_and_worst():
         _alert(4, 1e-8, rule="vanishing", comparison="<"),  # lower is worse
         _alert(5, 1e-7, rule="vanishing", comparison="<"),
         _alert(4, float("inf"), rule="nonfinite", subject="dense/kernel"),
-    ]  # fmt: skip
+    ]
     records = [a.to_dict() for a in alerts] + [{"tier": "warning", "step": 9}]
     timeline = alert_timeline(records)
     assert _spans(timeline) == [
@@ -111,8 +121,18 @@ def test_the_text_shows_at_most_ten_incidents_and_counts_the_others():
     assert len(lines) == 1 + 1 + 10 + 1  # title, header, 10 incidents, more
     assert lines[-1] == "  ... 5 more incident(s) (see the HTML)"
     assert lines[-2].split() == [
-        "warning", "growth", "layer_9", "9", "9", "1", "grad_norm", "=", "5", "@", "9",
-    ]  # fmt: skip
+        "warning",
+        "growth",
+        "layer_9",
+        "9",
+        "9",
+        "1",
+        "grad_norm",
+        "=",
+        "5",
+        "@",
+        "9",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -124,9 +144,7 @@ def test_the_text_shows_at_most_ten_incidents_and_counts_the_others():
     ],
 )
 def test_docstring_examples_hold(module):
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.failed == 0
-    assert result.attempted > 0
+    assert_examples_hold(module)
 
 
 def test_the_plot_draws_twelve_lanes_and_counts_the_others():
@@ -157,8 +175,15 @@ def _timeline_rows(out, title):
     """The split rows under the timeline's header in section `title`."""
     section = out.split(f"== {title} ==\n")[1].split("\n== ")[0]
     lines = section.split("alert timeline (")[1].splitlines()
-    assert lines[1].split() == ["tier", "rule", "subject", "first", "last",
-                                "count", "worst"]  # fmt: skip
+    assert lines[1].split() == [
+        "tier",
+        "rule",
+        "subject",
+        "first",
+        "last",
+        "count",
+        "worst",
+    ]
     rows = itertools.takewhile(lambda line: line.startswith("  "), lines[2:])
     return [row.split() for row in rows]
 
@@ -168,19 +193,32 @@ def test_alerts_of_every_monitor_get_a_timeline(tmp_path, capsys):
     (`alert_log/actor/all`) and an RL agent's (`alert_log/rl/all`)."""
     written = {
         "alert_log/all": [
-            _alert(5, 0.1, rule="band", subject="mlp/hidden",
-                   metric="activation_std", comparison="<"),
-            _alert(6, 0.05, rule="band", subject="mlp/hidden",
-                   metric="activation_std", comparison="<"),
+            _alert(
+                5,
+                0.1,
+                rule="band",
+                subject="mlp/hidden",
+                metric="activation_std",
+                comparison="<",
+            ),
+            _alert(
+                6,
+                0.05,
+                rule="band",
+                subject="mlp/hidden",
+                metric="activation_std",
+                comparison="<",
+            ),
             _alert(6, 40.0, rule="spike"),
         ],
         "alert_log/actor/all": [_alert(7, 9.0, rule="threshold", tier=CRITICAL)],
         "alert_log/rl/all": [
-            _alert(step, 0.01, rule="entropy_collapse", subject="policy",
-                   metric="entropy")
+            _alert(
+                step, 0.01, rule="entropy_collapse", subject="policy", metric="entropy"
+            )
             for step in (5, 6, 7)
         ],
-    }  # fmt: skip
+    }
     recorder = TensorBoardRecorder(str(tmp_path / "dqn"))
     for tag, alerts in written.items():
         for alert in alerts:
@@ -189,19 +227,51 @@ def test_alerts_of_every_monitor_get_a_timeline(tmp_path, capsys):
     assert main(["report", str(tmp_path), "--no-plots"]) == 0
     out = capsys.readouterr().out
     assert _timeline_rows(out, "dqn") == [
-        ["warning", "band", "mlp/hidden", "5", "6", "2",
-         "activation_std", "=", "0.05", "@", "6"],
-        ["warning", "spike", "global", "6", "6", "1",
-         "grad_norm", "=", "40", "@", "6"],
-    ]  # fmt: skip
+        [
+            "warning",
+            "band",
+            "mlp/hidden",
+            "5",
+            "6",
+            "2",
+            "activation_std",
+            "=",
+            "0.05",
+            "@",
+            "6",
+        ],
+        ["warning", "spike", "global", "6", "6", "1", "grad_norm", "=", "40", "@", "6"],
+    ]
     assert _timeline_rows(out, "dqn [actor]") == [
-        ["critical", "threshold", "global", "7", "7", "1",
-         "grad_norm", "=", "9", "@", "7"],
-    ]  # fmt: skip
+        [
+            "critical",
+            "threshold",
+            "global",
+            "7",
+            "7",
+            "1",
+            "grad_norm",
+            "=",
+            "9",
+            "@",
+            "7",
+        ],
+    ]
     assert _timeline_rows(out, "dqn [rl]") == [
-        ["warning", "entropy_collapse", "policy", "5", "7", "3",
-         "entropy", "=", "0.01", "@", "5"],
-    ]  # fmt: skip
+        [
+            "warning",
+            "entropy_collapse",
+            "policy",
+            "5",
+            "7",
+            "3",
+            "entropy",
+            "=",
+            "0.01",
+            "@",
+            "5",
+        ],
+    ]
 
 
 # A real run: NaN inputs at known batches make the non-finite rule fire.
@@ -235,9 +305,13 @@ def _fit_with_nan_batches(log_dir):
     model.compile(optimizer, LOSS)
     alerts = GradientAlertCallback(log_dir=log_dir)
     model.fit(
-        x, y, batch_size=8, shuffle=False, verbose=0,
+        x,
+        y,
+        batch_size=8,
+        shuffle=False,
+        verbose=0,
         callbacks=[GradientSummaryCallback(log_dir), alerts],
-    )  # fmt: skip
+    )
     return alerts.alerts
 
 
@@ -262,11 +336,33 @@ def test_a_real_runs_timeline_in_the_text(nan_run, capsys, tmp_path):
     # 137 is 109 steps after 28: quiet for 100 steps, a new incident. 195 NaN
     # gradient elements: all of the MLP's (8*16 + 16 + 16*3 + 3).
     assert _timeline_rows(out, "train") == [
-        ["critical", "nonfinite", "mlp/hidden/kernel", "10", "28", "3",
-         "grad_nonfinite", "=", "195", "@", "10"],
-        ["critical", "nonfinite", "mlp/hidden/kernel", "137", "137", "1",
-         "grad_nonfinite", "=", "195", "@", "137"],
-    ]  # fmt: skip
+        [
+            "critical",
+            "nonfinite",
+            "mlp/hidden/kernel",
+            "10",
+            "28",
+            "3",
+            "grad_nonfinite",
+            "=",
+            "195",
+            "@",
+            "10",
+        ],
+        [
+            "critical",
+            "nonfinite",
+            "mlp/hidden/kernel",
+            "137",
+            "137",
+            "1",
+            "grad_nonfinite",
+            "=",
+            "195",
+            "@",
+            "137",
+        ],
+    ]
 
 
 def _embedded_pngs(page):
@@ -286,9 +382,14 @@ def test_a_real_runs_timeline_is_drawn_under_the_norm_plot(nan_run, capsys, tmp_
     assert "<h3>Alert timeline</h3>" in page
     cells = re.findall(r"<td>([^<]*)</td>", page.split("<h3>Alert timeline</h3>")[1])
     assert cells[:7] == [
-        "critical", "nonfinite", "mlp/hidden/kernel", "10", "28", "3",
+        "critical",
+        "nonfinite",
+        "mlp/hidden/kernel",
+        "10",
+        "28",
+        "3",
         "grad_nonfinite = 195 @ 10",
-    ]  # fmt: skip
+    ]
     pixels = _embedded_pngs(page)["train_norms.png"]
     # 4 inches of norms, 0.8 + 0.28 per lane (one lane) of timeline, 100 dpi.
     assert pixels.shape[:2] == (508, 800)

@@ -3,9 +3,6 @@ say; bad arguments are refused at construction, by name."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
-
 import pytest
 
 from keras_gradmon.alerts import AlertEngine
@@ -19,6 +16,7 @@ from keras_gradmon.rl.rules import (
     OverestimationRule,
     default_rl_rules,
 )
+from tests.doctests import assert_examples_hold
 
 
 def _fired(rule, points, subject="s"):
@@ -213,12 +211,11 @@ def test_default_rules_read_the_metrics_the_monitor_feeds():
         "keras_gradmon.rl.progress_rules",
         "keras_gradmon.rl.readings",
         "keras_gradmon.rl.rules",
+        "keras_gradmon.rl.streak",
     ],
 )
 def test_docstring_examples_hold(module):
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.failed == 0
-    assert result.attempted > 0
+    assert_examples_hold(module)
 
 
 @pytest.mark.parametrize(
