@@ -4,7 +4,8 @@
 The full-length runs are `benchmarks/bench_alerts.py`; these are shortened
 to what a test can afford, each long enough that the rules it guards would
 fire (the transformer's hard batches reach 10x the median norm from step
-1,400 on; the old growth rule fired there).
+1,400 on; the old growth rule fired there). The memory soak's MLP is left
+to the benchmark: what its rules meet comes after 30,000 steps.
 """
 
 from __future__ import annotations
@@ -32,10 +33,6 @@ def test_a_batchnorm_cnn_trained_to_convergence_raises_nothing():
 
 def test_an_lstm_trained_to_convergence_raises_nothing():
     _quiet(gradients.lstm(steps=1200), converged=0.01)
-
-
-def test_an_mlp_memorizing_random_labels_raises_nothing():
-    _quiet(gradients.memorizer(steps=2000), converged=0.5)
 
 
 def test_a_learning_rate_jump_alerts_within_5_steps():
