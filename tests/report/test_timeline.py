@@ -21,8 +21,10 @@ from keras_gradmon.report.render import timeline_lines
 from keras_gradmon.report.timeline import alert_timeline
 from tests.doctests import assert_examples_hold
 
+#: The real run's first incident (NaN batches at steps 10, 19, 28): tier,
+#: rule, subject, first and last step, count.
+FIRST_INCIDENT = ["critical", "nonfinite", "mlp/hidden/kernel", "10", "28", "3"]
 CRITICAL_RGB = (0xD6, 0x27, 0x28)  # the critical tier's colour in the plots
-
 
 
 def _alert(step, value=5.0, rule="growth", tier=WARNING, subject="global", **kw):
@@ -336,23 +338,9 @@ def test_a_real_runs_timeline_in_the_text(nan_run, capsys, tmp_path):
     # 137 is 109 steps after 28: quiet for 100 steps, a new incident. 195 NaN
     # gradient elements: all of the MLP's (8*16 + 16 + 16*3 + 3).
     assert _timeline_rows(out, "train") == [
+        [*FIRST_INCIDENT, "grad_nonfinite", "=", "195", "@", "10"],
         [
-            "critical",
-            "nonfinite",
-            "mlp/hidden/kernel",
-            "10",
-            "28",
-            "3",
-            "grad_nonfinite",
-            "=",
-            "195",
-            "@",
-            "10",
-        ],
-        [
-            "critical",
-            "nonfinite",
-            "mlp/hidden/kernel",
+            *FIRST_INCIDENT[:3],
             "137",
             "137",
             "1",
@@ -381,15 +369,7 @@ def test_a_real_runs_timeline_is_drawn_under_the_norm_plot(nan_run, capsys, tmp_
     page = (tmp_path / "report.html").read_text()
     assert "<h3>Alert timeline</h3>" in page
     cells = re.findall(r"<td>([^<]*)</td>", page.split("<h3>Alert timeline</h3>")[1])
-    assert cells[:7] == [
-        "critical",
-        "nonfinite",
-        "mlp/hidden/kernel",
-        "10",
-        "28",
-        "3",
-        "grad_nonfinite = 195 @ 10",
-    ]
+    assert cells[:7] == [*FIRST_INCIDENT, "grad_nonfinite = 195 @ 10"]
     pixels = _embedded_pngs(page)["train_norms.png"]
     # 4 inches of norms, 0.8 + 0.28 per lane (one lane) of timeline, 100 dpi.
     assert pixels.shape[:2] == (508, 800)
