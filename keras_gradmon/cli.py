@@ -113,11 +113,10 @@ def run_report(
     group: str | None = None,
 ) -> int:
     """Prints the report of `log_dir`; returns the exit code."""
-    from keras_gradmon.report.analysis import analyze, failing_alerts
+    from keras_gradmon.report.analysis import analyze, failing_alerts, group_signals
     from keras_gradmon.report.events import ReportError, load_runs
     from keras_gradmon.report.render import Contents, report_text
     from keras_gradmon.report.rl import analyze_rl, group_reports
-    from keras_gradmon.report.signals import group_signals
 
     try:
         runs = load_runs(log_dir)
@@ -152,8 +151,7 @@ def run_report(
 
 def _write_page(log_dir: str, out_dir: str | None, contents: Contents) -> bool:
     """Writes the plots and HTML page; False (with a message) if it cannot."""
-    from keras_gradmon.report.html_page import report_html
-    from keras_gradmon.report.render import write_plots
+    from keras_gradmon.report.render import report_html, write_plots
 
     out_dir = out_dir or os.path.join(log_dir, "report")
     page = os.path.join(out_dir, "report.html")

@@ -1,33 +1,549 @@
-"""What a run's numbers say: norm summary, clipping, alerts, unhealthy layers.
+"""What a run's numbers say: the norm summary, clipping, alerts, the
+unhealthy layers, the final loss and the in-step signals.
 
 Pure NumPy over a `Run`; the thresholds are the report's defaults, each a
 field of `HealthCriteria`.
+
+The unhealthy layers of a run: gradient and activation findings.
+
+Pure NumPy over a `Run`, with the thresholds of `HealthCriteria`.
+
+A run's final loss: Keras's `epoch_loss`, or tf-agents' `Losses/*` tags.
+
+tf-agents' agents write their losses with
+`tf.compat.v2.summary.scalar(name=..., ...)` under `tf.name_scope('Losses/')`
+(SAC and CQL-SAC: `'Losses'`), so the tags are `Losses/<name>`. What they
+write differs by agent:
+
+- DQN, DDQN, categorical DQN, REINFORCE, behavioral cloning and every agent
+  on `TFAgent`'s default summaries: the parts and `Losses/total_loss`;
+- the bandit agents: one `Losses/loss`;
+- DDPG, TD3, SAC, CQL-SAC and PPO: only the parts (`critic_loss`,
+  `actor_loss`, `alpha_loss`, ...; PPO also `entropy`, which is not a loss,
+  and `total_abs_loss`, the sum of the parts' absolute values).
+
+So the final loss is, in this order: Keras's `epoch_loss` (or `loss`); the
+last `Losses/total_loss`; the last `Losses/loss`; else the sum of the
+`Losses/<name>_loss` parts (not `total_abs_loss`) at the last step they all
+recorded, which is the `LossInfo.loss` that DDPG, SAC and PPO return. The
+parts are listed with the sum, so a total an agent weights differently
+(CQL-SAC weights `cql_loss` by `cql_alpha`; TD3 writes no `critic_loss`)
+can be read from them.
+
+The signals of issue 21 in one run: update/weight ratio, spikes between
+summaries, skipped spikes, gradient noise scale, share of steps clipped.
+
+Pure NumPy over a `Run`; a signal the run did not write is None (or, for
+the update ratio, has no entry), and the report then says nothing of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import re
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
 from keras_gradmon import defaults
-from keras_gradmon.alerts import CRITICAL, TIERS
+from keras_gradmon.alerts import TIERS
+from keras_gradmon.alerts.clip_fraction import steps_covered
+from keras_gradmon.alerts.events import format_number
+from keras_gradmon.alerts.update_ratio import HIGH, LOW
 from keras_gradmon.report.events import Run
-from keras_gradmon.report.findings import (
-    Finding,
-    activation_findings,
-    gradient_findings,
-    last,
-    layer_of,
-    prefix,
-    subjects,
-)
-from keras_gradmon.report.losses import FinalLoss, final_loss
-from keras_gradmon.report.signals import UPDATE_RATIO_BAND, Signals, run_signals
+from keras_gradmon.report.rl import group_key
 from keras_gradmon.report.timeline import Timeline, alert_timeline
 from keras_gradmon.rl.tags import is_rl_alert_scope
-from keras_gradmon.tags import monitor_scopes, variable_statistic
+from keras_gradmon.tags import GLOBAL, monitor_scopes, tag, variable_statistic
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One unhealthy layer (or variable group), with a one-line reason."""
+
+    layer: str
+    kind: str  # "non-finite", "exploding", "vanishing", "dead units", ...
+    reason: str
+
+
+def prefix(statistic: str, scope: str | None) -> str:
+    """The start of the tags of `statistic` under `scope` (the tag scheme of
+    `keras_gradmon.tags`)."""
+    return tag(statistic, "", scope)
+
+
+def layer_of(path: str) -> str:
+    """The layer of a variable path: everything before the last segment."""
+    return path.rsplit("/", 1)[0] if "/" in path else path
+
+
+def subjects(run: Run, statistic: str, scope: str | None) -> list[str]:
+    """The subjects of `statistic` under `scope` ("global" aside)."""
+    start = prefix(statistic, scope)
+    tags = list(run.scalars) + run.histogram_tags
+    return sorted(
+        {
+            tag[len(start) :]
+            for tag in tags
+            if tag.startswith(start) and tag[len(start) :] != "global"
+        }
+    )
+
+
+def _quarter(values: np.ndarray, late: bool) -> np.ndarray:
+    k = max(1, len(values) // 4)
+    return values[-k:] if late else values[:k]
+
+
+def _nonfinite_layers(
+    run: Run, variables: list[str], scope: str | None
+) -> dict[str, list[int]]:
+    """The layers with NaN/Inf gradients, and the steps where they had them."""
+    start = prefix("grad_nonfinite", scope)
+    bad_layers: dict[str, list[int]] = {}
+    for path in variables:
+        steps, counts = run.series(start + path)
+        bad = steps[np.nan_to_num(counts, nan=1.0) > 0]
+        if bad.size:
+            bad_layers.setdefault(layer_of(path), []).extend(bad.tolist())
+    return bad_layers
+
+
+def _norm_finding(
+    layer: str,
+    steps: np.ndarray,
+    values: np.ndarray,
+    late: dict[str, float],
+    typical: float,
+    criteria: HealthCriteria,
+) -> Finding | None:
+    """An exploding or vanishing layer, from its finite gradient norms."""
+    early = float(np.median(_quarter(values, late=False)))
+    peak = int(np.argmax(values))
+    if early > 0 and values[peak] >= criteria.explosion_factor * early:
+        return Finding(
+            layer,
+            "exploding",
+            f"gradient norm grew {format_number(values[peak] / early)}x, from "
+            f"{format_number(early)} early on to {format_number(values[peak])} "
+            f"at step {int(steps[peak])}",
+        )
+    if typical > 0 and late[layer] < criteria.vanishing_ratio * typical:
+        return Finding(
+            layer,
+            "vanishing",
+            f"gradient norm {format_number(late[layer])} late in the run, "
+            f"{format_number(late[layer] / typical)} of the median layer's "
+            f"{format_number(typical)}",
+        )
+    return None
+
+
+def gradient_findings(
+    run: Run,
+    layer_norms: dict[str, tuple[np.ndarray, np.ndarray]],
+    variables: list[str],
+    scope: str | None,
+    criteria: HealthCriteria,
+) -> list[Finding]:
+    """Non-finite, exploding and vanishing layers."""
+    bad_layers = _nonfinite_layers(run, variables, scope)
+    findings = [
+        Finding(
+            layer,
+            "non-finite",
+            f"NaN/Inf gradients at {len(set(steps))} summaries, first at step "
+            f"{min(steps)}",
+        )
+        for layer, steps in sorted(bad_layers.items())
+    ]
+    late = {
+        layer: float(np.median(_quarter(v[np.isfinite(v)], late=True)))
+        for layer, (_, v) in layer_norms.items()
+        if np.isfinite(v).any()
+    }
+    typical = float(np.median(list(late.values()))) if late else 0.0
+    for layer, (steps, values) in sorted(layer_norms.items()):
+        finite = np.isfinite(values)
+        if finite.sum() < 2 or layer in bad_layers:
+            continue
+        found = _norm_finding(
+            layer, steps[finite], values[finite], late, typical, criteria
+        )
+        if found is not None:
+            findings.append(found)
+    return findings
+
+
+def last(run: Run, tag: str) -> tuple[int, float] | None:
+    steps, values = run.series(tag)
+    return (int(steps[-1]), float(values[-1])) if steps.size else None
+
+
+def _layer_findings(
+    layer: str,
+    get: Callable[[str], tuple[int, float] | None],
+    criteria: HealthCriteria,
+) -> list[Finding]:
+    """Dead units, activation std out of band, saturation of one layer."""
+    findings = []
+    low, high = criteria.std_band
+    dead, std, saturated = get("dead_fraction"), get("std"), get("saturated_fraction")
+    low_value, high_value = get("min"), get("max")
+    if dead and dead[1] > criteria.dead_fraction:
+        findings.append(
+            Finding(
+                layer,
+                "dead units",
+                f"{dead[1]:.0%} of its units output 0 on every probe sample "
+                f"at step {dead[0]}",
+            )
+        )
+    unit_interval = (
+        low_value is not None
+        and high_value is not None
+        and low_value[1] >= 0.0
+        and high_value[1] <= 1.0
+        and saturated is not None
+    )
+    if std and not unit_interval and not low <= std[1] <= high:
+        findings.append(
+            Finding(
+                layer,
+                "activation std",
+                f"activation std {format_number(std[1])} at step {std[0]} is "
+                f"outside the healthy band {low:g} to {high:g}",
+            )
+        )
+    if saturated and saturated[1] > criteria.saturated_fraction:
+        findings.append(
+            Finding(
+                layer,
+                "saturated",
+                f"{saturated[1]:.0%} of its outputs saturated at step {saturated[0]}",
+            )
+        )
+    return findings
+
+
+def activation_findings(
+    run: Run, scope: str | None, criteria: HealthCriteria
+) -> list[Finding]:
+    """The activation findings of every layer an `ActivationMonitor` measured."""
+    findings = []
+    for layer in subjects(run, "activation_std", scope):
+        if "/" in layer:
+            continue  # a scoped monitor's layer
+
+        def get(stat: str, layer: str = layer) -> tuple[int, float] | None:
+            return last(run, prefix(f"activation_{stat}", scope) + layer)
+
+        findings += _layer_findings(layer, get, criteria)
+    return findings
+
+
+#: tf-agents' name scope of the loss summaries.
+LOSSES = "Losses"
+#: The tf-agents tags that are the total loss, first found first.
+TOTALS = ("total_loss", "loss")
+#: `Losses/` tags that are not parts of the total.
+NOT_PARTS = ("total_abs_loss",)
+#: Keras's loss tags (the `TensorBoard` callback), first found first.
+KERAS = ("epoch_loss", "loss")
+#: `FinalLoss.source` of a sum of parts.
+SUM = "sum"
+
+
+@dataclasses.dataclass(frozen=True)
+class FinalLoss:
+    """The final loss of a run, and where it comes from.
+
+    Attributes:
+        value: The loss.
+        step: The step it was recorded at.
+        source: Its tag (`epoch_loss`, `Losses/total_loss`, ...), or `SUM`.
+        parts: The other `Losses/` values at `step` (with a total), or the
+            summed parts (with `SUM`), by name.
+    """
+
+    value: float
+    step: int
+    source: str
+    parts: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def description(self) -> str:
+        """The report's line, e.g. `final loss: 0.52 (tf-agents ...)`."""
+        line = f"final loss: {format_number(self.value)}"
+        parts = ", ".join(
+            f"{name} {format_number(value)}" for name, value in self.parts.items()
+        )
+        if self.source == SUM:
+            return f"{line} (sum of tf-agents {LOSSES}/ at step {self.step}: {parts})"
+        if self.source.startswith(f"{LOSSES}/"):
+            where = f"tf-agents {self.source} at step {self.step}"
+            return f"{line} ({where}; {parts})" if parts else f"{line} ({where})"
+        return line
+
+
+def tf_agents_losses(run: Run) -> dict[str, dict[int, float]]:
+    """`{name: {step: value}}` of the run's `Losses/<name>` tags."""
+    found = {}
+    for name, points in run.scalars.items():
+        scope, _, rest = name.partition("/")
+        if scope == LOSSES and rest and "/" not in rest:
+            found[rest] = points
+    return found
+
+
+def _at(
+    losses: dict[str, dict[int, float]], step: int, names: Iterable[str]
+) -> dict[str, float]:
+    return {name: losses[name][step] for name in sorted(names) if step in losses[name]}
+
+
+def _total(losses: dict[str, dict[int, float]]) -> FinalLoss | None:
+    for name in TOTALS:
+        if losses.get(name):
+            step = max(losses[name])
+            others = _at(losses, step, set(losses) - {name})
+            return FinalLoss(losses[name][step], step, f"{LOSSES}/{name}", others)
+    return None
+
+
+def _sum_of_parts(losses: dict[str, dict[int, float]]) -> FinalLoss | None:
+    names = [
+        name
+        for name, points in losses.items()
+        if name.endswith("_loss") and name not in NOT_PARTS and points
+    ]
+    if not names:
+        return None
+    common = set.intersection(*(set(losses[name]) for name in names))
+    step = max(common) if common else max(max(losses[name]) for name in names)
+    parts = _at(losses, step, names)
+    return FinalLoss(sum(parts.values()), step, SUM, parts)
+
+
+def final_loss(run: Run) -> FinalLoss | None:
+    """The run's final loss (see the module's docstring), or None."""
+    for name in KERAS:
+        points = run.scalars.get(name)
+        if points:
+            step = max(points)
+            return FinalLoss(points[step], step, name)
+    losses = tf_agents_losses(run)
+    return _total(losses) or _sum_of_parts(losses)
+
+
+#: `update_ratio` healthy band of the report: the update-ratio rule's default.
+UPDATE_RATIO_BAND = (LOW, HIGH)
+#: `noise_scale/batch_ratio` beyond these: the batch is far below (above)
+#: B_simple.
+FAR_BELOW, FAR_ABOVE = 10.0, 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """One signal over a run's summaries (finite values only)."""
+
+    median: float
+    low: float
+    high: float
+    last: float
+    summaries: int
+    outside: int = 0  # summaries outside the healthy band, where there is one
+
+    @classmethod
+    def of(
+        cls, values: np.ndarray, band: tuple[float, float] | None = None
+    ) -> Spread | None:
+        """The spread of `values`, None if none is finite.
+
+        Example:
+
+        >>> Spread.of(np.array([1e-3, np.nan, 2e-3, 1e-9]), (1e-7, 1e-1)).outside
+        1
+        """
+        finite = values[np.isfinite(values)]
+        if not finite.size:
+            return None
+        outside = 0
+        if band is not None:
+            outside = int(np.sum((finite < band[0]) | (finite > band[1])))
+        return cls(
+            median=float(np.median(finite)),
+            low=float(finite.min()),
+            high=float(finite.max()),
+            last=float(finite[-1]),
+            summaries=int(finite.size),
+            outside=outside,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Signals:
+    """Issue 21's signals of one monitored optimizer in one run.
+
+    Attributes:
+        update_ratio: `{"global" or group: Spread}` of `update_ratio`.
+        band: The healthy band the update ratios are checked against.
+        spike: `(largest spikes/max_norm, its spikes/max_step)`, or None.
+        skipped_spikes: The last `skipped/spikes` (steps skipped as spikes).
+        batch_ratio: `noise_scale/batch_ratio` over the run.
+        b_simple: `noise_scale/b_simple` over the run (examples).
+        clip_fraction: Share of the steps clipped, each summary's
+            `clip/fraction` weighted by the steps it covers.
+    """
+
+    update_ratio: dict[str, Spread]
+    band: tuple[float, float] = UPDATE_RATIO_BAND
+    spike: tuple[float, int] | None = None
+    skipped_spikes: int | None = None
+    batch_ratio: Spread | None = None
+    b_simple: Spread | None = None
+    clip_fraction: float | None = None
+
+
+def clip_share(steps: np.ndarray, fractions: np.ndarray) -> float | None:
+    """The share of steps clipped: each summary's fraction weighted by the
+    steps it covers (`steps_covered`); None without a finite fraction.
+
+    Example:
+
+    >>> round(clip_share(np.array([0, 100, 200]), np.array([1.0, 0.0, 0.5])), 4)
+    0.2537
+    """
+    weights = np.array(
+        [
+            steps_covered(int(step), int(steps[i - 1]) if i else None)
+            for i, step in enumerate(steps)
+        ],
+        dtype=np.float64,
+    )
+    finite = np.isfinite(fractions)
+    if not finite.any():
+        return None
+    return float(np.average(fractions[finite], weights=weights[finite]))
+
+
+def _largest_spike(run: Run, scope: str | None) -> tuple[float, int] | None:
+    steps, norms = run.series(prefix("spikes", scope) + "max_norm")
+    finite = np.isfinite(norms)
+    if not finite.any():
+        return None
+    i = int(np.argmax(np.where(finite, norms, -np.inf)))
+    at = run.scalars.get(prefix("spikes", scope) + "max_step", {}).get(int(steps[i]))
+    return float(norms[i]), int(steps[i] if at is None else at)
+
+
+def run_signals(
+    run: Run,
+    scope: str | None,
+    groups: list[str],
+    band: tuple[float, float] = UPDATE_RATIO_BAND,
+) -> Signals:
+    """The signals of the optimizer with tag scope `scope` in `run`, the
+    update ratio of "global" and of each of `groups`.
+
+    Example:
+
+    >>> run = Run("r", {"skipped/spikes": {100: 0.0, 200: 2.0}}, [], [])
+    >>> run_signals(run, None, []).skipped_spikes
+    2
+    """
+    ratios = {}
+    for subject in [GLOBAL, *groups]:
+        spread = Spread.of(run.series(prefix("update_ratio", scope) + subject)[1], band)
+        if spread is not None:
+            ratios[subject] = spread
+    skipped = last(run, prefix("skipped", scope) + "spikes")
+    noise = prefix("noise_scale", scope)
+    return Signals(
+        update_ratio=ratios,
+        band=band,
+        spike=_largest_spike(run, scope),
+        skipped_spikes=None if skipped is None else int(skipped[1]),
+        batch_ratio=Spread.of(run.series(noise + "batch_ratio")[1]),
+        b_simple=Spread.of(run.series(noise + "b_simple")[1]),
+        clip_fraction=clip_share(*run.series(prefix("clip", scope) + "fraction")),
+    )
+
+
+def _ratio(signals: Signals) -> float | None:
+    spread = signals.update_ratio.get(GLOBAL)
+    return None if spread is None else spread.median
+
+
+#: The columns of the groups' table: (title, value of one run's `Signals`).
+COLUMNS = (
+    ("update ratio", _ratio),
+    ("max spike", lambda s: None if s.spike is None else s.spike[0]),
+    ("skipped spikes", lambda s: s.skipped_spikes),
+    ("clipped", lambda s: s.clip_fraction),
+    ("batch_ratio", lambda s: None if s.batch_ratio is None else s.batch_ratio.last),
+    ("b_simple", lambda s: None if s.b_simple is None else s.b_simple.last),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class SignalGroup:
+    """The signals of a group of runs (seeds), each the median over the runs
+    that wrote it: `values[title] = (median, runs with it)` for the titles
+    of `COLUMNS` (the update ratio: each run's median of "global"; the
+    noise scale: each run's last value)."""
+
+    key: str
+    runs: list[str]
+    values: dict[str, tuple[float, int]]
+
+
+def signal_groups(
+    members: dict[str, list[tuple[str, Signals]]],
+) -> list[SignalGroup]:
+    """`SignalGroup`s of `{key: [(run title, signals)]}`, in key order;
+    groups without any signal are left out.
+
+    Example:
+
+    >>> runs = [("a_seed0", Signals({}, skipped_spikes=1)),
+    ...         ("a_seed1", Signals({}, skipped_spikes=3))]
+    >>> signal_groups({"a": runs})[0].values
+    {'skipped spikes': (2.0, 2)}
+    """
+    groups = []
+    for key, runs in sorted(members.items()):
+        values = {}
+        for title, get in COLUMNS:
+            found = [get(signals) for _, signals in runs]
+            found = [float(v) for v in found if v is not None]
+            if found:
+                values[title] = (float(np.median(found)), len(found))
+        if values:
+            groups.append(SignalGroup(key, [name for name, _ in runs], values))
+    return groups
+
+
+def group_signals(reports: list[RunReport], pattern: str) -> list[SignalGroup]:
+    """The signals of the reports whose run name matches `pattern`
+    (`re.search`), grouped by `--group`'s key (`rl.group_key`; a scoped
+    optimizer's reports form a group of their own, "<key> [<scope>]").
+
+    Example:
+
+    >>> [g.key for g in group_signals(reports, r"(.*)_seed\\d+")]  # doctest: +SKIP
+    ['adam', 'sgd [actor]']
+    """
+    compiled, members = re.compile(pattern), {}
+    for report in reports:
+        match = compiled.search(report.run)
+        if match is None or report.signals is None:
+            continue
+        key = group_key(match)[0]
+        key = f"{key} [{report.scope}]" if report.scope else key
+        members.setdefault(key, []).append((report.title, report.signals))
+    return signal_groups(members)
+
 
 #: The tags of steps lost to the monitor's history buffer (`summary_history`):
 #: `dropped/<kind>`, `dropped/<scope>/<kind>` (see `keras_gradmon.tags`),
@@ -121,9 +637,9 @@ def scopes(run: Run) -> list[str | None]:
     """The tag scopes in `run` (None: unscoped): of the monitored optimizers
     (`grad_norm/<scope>/global`), of activation monitors and of alerts."""
     found = monitor_scopes(run.scalars)
-    for tag in run.scalars:
-        if tag.startswith("activation_std/"):
-            subject = tag[len("activation_std/") :]
+    for name in run.scalars:
+        if name.startswith("activation_std/"):
+            subject = name[len("activation_std/") :]
             found.add(subject.rsplit("/", 1)[0] if "/" in subject else None)
     found.update(
         alert.get("scope")
@@ -255,15 +771,3 @@ def failing_alerts(reports: list[RunReport], tier: str) -> list[dict]:
         for alert in report.alerts
         if alert.get("tier") in TIERS and TIERS.index(alert["tier"]) >= rank
     ]
-
-
-__all__ = [
-    "CRITICAL",
-    "Finding",
-    "HealthCriteria",
-    "NormSummary",
-    "RunReport",
-    "analyze",
-    "analyze_run",
-    "failing_alerts",
-]

@@ -11,8 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_gradmon.cli import EXIT_ERROR, main
-from keras_gradmon.report.events import load_runs
-from keras_gradmon.report.records import read_records
+from keras_gradmon.report.events import load_runs, read_records
 
 STEPS = 40
 

@@ -11,8 +11,7 @@ import pytest
 from keras_gradmon.alerts import Alert, AlertEngine
 from keras_gradmon.alerts.events import format_number
 from keras_gradmon.cli import EXIT_ALERTS, EXIT_ERROR, main
-from keras_gradmon.report.rl import BOOTSTRAP_REPS
-from keras_gradmon.report.seeds import iqm, median, stratified_bootstrap_ci
+from keras_gradmon.report.rl import BOOTSTRAP_REPS, iqm, median, stratified_bootstrap_ci
 from keras_gradmon.rl.rules import default_rl_rules
 from keras_gradmon.rl.tags import alert_scope, rl_tag
 

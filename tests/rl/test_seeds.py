@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keras_gradmon.report.seeds import iqm, median, stratified_bootstrap_ci
+from keras_gradmon.report.rl import iqm, median, stratified_bootstrap_ci
 
 
 def _iqm_reference(scores) -> float:
