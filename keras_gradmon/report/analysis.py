@@ -57,6 +57,7 @@ from keras_gradmon.report.timeline import Timeline, alert_timeline
 from keras_gradmon.rl.tags import is_rl_alert_scope
 from keras_gradmon.tags import GLOBAL, monitor_scopes, tag, variable_statistic
 
+
 @dataclasses.dataclass(frozen=True)
 class Finding:
     """One unhealthy layer (or variable group), with a one-line reason."""

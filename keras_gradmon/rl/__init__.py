@@ -31,28 +31,26 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.rl.monitor import RLHealthMonitor  # noqa: F401
     from keras_gradmon.rl.observer import EpisodeObserver  # noqa: F401
-    from keras_gradmon.rl.progress_rules import (  # noqa: F401
-        LowIntensityRule,
-        ReturnCollapseRule,
-        ThroughputDropRule,
-    )
+    from keras_gradmon.rl.probes import value_function  # noqa: F401
     from keras_gradmon.rl.rules import (  # noqa: F401
         EntropyCollapseRule,
+        LowIntensityRule,
         OverestimationRule,
+        ReturnCollapseRule,
+        ThroughputDropRule,
         default_rl_rules,
     )
-    from keras_gradmon.rl.values import value_function  # noqa: F401
 
 _EXPORTS = {
     "EntropyCollapseRule": "keras_gradmon.rl.rules",
     "EpisodeObserver": "keras_gradmon.rl.observer",
-    "LowIntensityRule": "keras_gradmon.rl.progress_rules",
+    "LowIntensityRule": "keras_gradmon.rl.rules",
     "OverestimationRule": "keras_gradmon.rl.rules",
     "RLHealthMonitor": "keras_gradmon.rl.monitor",
-    "ReturnCollapseRule": "keras_gradmon.rl.progress_rules",
-    "ThroughputDropRule": "keras_gradmon.rl.progress_rules",
+    "ReturnCollapseRule": "keras_gradmon.rl.rules",
+    "ThroughputDropRule": "keras_gradmon.rl.rules",
     "default_rl_rules": "keras_gradmon.rl.rules",
-    "value_function": "keras_gradmon.rl.values",
+    "value_function": "keras_gradmon.rl.probes",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,33 +1,230 @@
-"""`RLHealthMonitor`: is the agent getting better, exploring, calibrated,
+"""`RLHealthMonitor` and its `RLOptions`: is the agent getting better,
+exploring, calibrated, and using every sample enough? Written at summary
+steps, with the host-side progress and throughput.
+
+`RLOptions`: everything `RLHealthMonitor` is configured with, validated
+without the agent. Pure Python (no TensorFlow).
+
+Construction helpers of `RLHealthMonitor`: argument checks and the probe
+for the agent's kind.
+
+Progress and throughput, measured on the host between summaries.
+
+Pure Python. Training intensity (replay ratio) follows the seed document:
+`batch size x train steps / environment steps`, how many times each
+collected transition has been trained on, on average.
+
+`RLHealthMonitor`: is the agent getting better, exploring, calibrated,
 and using every sample enough? Written to TensorBoard at summary steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-import tensorflow as tf
-
-from keras_gradmon.alerts import Alert
-from keras_gradmon.alerts.runner import AlertDelivery, AlertRunner
+from keras_gradmon import _validation, defaults
+from keras_gradmon.alerts import Alert, AlertEngine, RateLimiter
+from keras_gradmon.alerts.base import Rule
+from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
+from keras_gradmon.alerts.runner import (
+    Action,
+    AlertDelivery,
+    AlertRunner,
+    validate_actions,
+)
 from keras_gradmon.hub import RL, Hub, Publication, recording_hub
 from keras_gradmon.options import with_overrides
 from keras_gradmon.rl import rules as R
-from keras_gradmon.rl.building import check_agent, finite_numbers, make_probe
-from keras_gradmon.rl.observer import EpisodeObserver
-from keras_gradmon.rl.options import RLOptions
-from keras_gradmon.rl.progress import Progress, transitions_per_batch
-from keras_gradmon.rl.readings import (
+from keras_gradmon.rl.rules import (
     alert_metrics,
+    check_window,
+    default_rl_rules,
     derived,
     episode_numbers,
     evaluation_numbers,
     loss_numbers,
 )
 from keras_gradmon.rl.tags import alert_scope, rl_tag
-from keras_gradmon.rl.values import discount_of, value_function
+from keras_gradmon.schedule import Frequency, Schedule
+
+if TYPE_CHECKING:
+    from keras_gradmon.rl.probes import ValueFn
+
+
+def optional(name: str, value: Any, check: Callable[[str, Any], Any]) -> Any:
+    """`check(name, value)`, unless `value` is None."""
+    return None if value is None else check(name, value)
+
+
+def callable_or_none(name: str, value: Any) -> Any:
+    """`value`, if callable (or None)."""
+    if not callable(value):
+        raise ValueError(
+            f"`{name}` must be callable or None. Received: {name}={value!r}"
+        )
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class RLOptions:
+    """The options of `RLHealthMonitor` (see there for each).
+
+    Example:
+
+    >>> RLOptions(every_n_steps=500, solve_threshold=195.0).window
+    100
+    >>> RLOptions(env_batch_size=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: `env_batch_size` must be a positive integer. Received: \
+env_batch_size=0
+    >>> RLOptions(fold_steps=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: `fold_steps` must be a positive integer. Received: fold_steps=0
+    """
+
+    env_batch_size: int = 1
+    every_n_steps: Frequency = defaults.RL_EVERY_N_STEPS
+    log_dir: str | None = None
+    writer: Any = None
+    window: int = defaults.RL_WINDOW
+    solve_threshold: float | None = None
+    value_fn: Callable[[Any], Any] | None = None
+    kl: bool = True
+    rules: Mapping[str, Rule] | Sequence[Rule] | None = None
+    actions: Mapping[str, Action] | None = None
+    cooldown_steps: int = 0
+    max_per_rule: int | None = None
+    fold_steps: int | None = DEFAULT_FOLD_STEPS
+    jsonl_path: str | None = None
+    tag_scope: str | None = None
+    train_batch_size: int | None = None
+    train_fn: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        _validation.positive_int("env_batch_size", self.env_batch_size)
+        self.schedule()
+        _validation.positive_int("window", self.window)
+        if not isinstance(self.kl, bool):
+            raise ValueError(f"`kl` must be True or False. Received: kl={self.kl!r}")
+        optional("tag_scope", self.tag_scope, _validation.non_empty_string)
+        optional("train_batch_size", self.train_batch_size, _validation.positive_int)
+        optional("train_fn", self.train_fn, callable_or_none)
+        optional("value_fn", self.value_fn, callable_or_none)
+        optional("jsonl_path", self.jsonl_path, _validation.string)
+        validate_actions(self.actions)
+        IncidentLog(self.fold_steps)  # validates `fold_steps`, as the checkers
+        check_window(self.window, self.engine().rules.values())
+
+    def schedule(self) -> Schedule:
+        """When to write a summary (validates `every_n_steps`)."""
+        return Schedule(self.every_n_steps, name="every_n_steps")
+
+    def engine(self) -> AlertEngine:
+        """A fresh alert engine: the rules (`default_rl_rules()` for None)
+        and the limiter (validates `rules` and the limiter's options)."""
+        rules = default_rl_rules() if self.rules is None else self.rules
+        return AlertEngine(rules, self.limiter())
+
+    def limiter(self) -> RateLimiter:
+        """The alerts' rate limiter (validates its two options)."""
+        return RateLimiter(
+            cooldown_steps=self.cooldown_steps, max_per_rule=self.max_per_rule
+        )
+
+
+def check_agent(agent: Any) -> None:
+    from tf_agents.agents import tf_agent
+
+    if not isinstance(agent, tf_agent.TFAgent):
+        raise ValueError(
+            "`agent` must be a tf-agents agent (a `tf_agents.agents.TFAgent`). "
+            f"Received: agent={agent!r}"
+        )
+
+
+def make_probe(agent: Any, value_fn: ValueFn | None, observer: Any, kl: bool) -> Any:
+    from tf_agents.agents.ppo import ppo_agent
+
+    from keras_gradmon.rl.probes import PolicyProbe, PPOProbe
+
+    kind = PPOProbe if isinstance(agent, ppo_agent.PPOAgent) else PolicyProbe
+    return kind(agent, value_fn, observer, kl)
+
+
+def finite_numbers(name: str, value: Any) -> list[float]:
+    try:
+        numbers = [float(v) for v in value] if not isinstance(value, str) else []
+    except (TypeError, ValueError):
+        numbers = []
+    if not numbers or not all(math.isfinite(v) for v in numbers):
+        raise ValueError(
+            f"`{name}` must be a non-empty sequence of finite numbers. "
+            f"Received: {name}={value!r}"
+        )
+    return numbers
+
+
+@dataclasses.dataclass
+class Progress:
+    """Counts and rates at successive summaries.
+
+    Attributes:
+        start: `time.perf_counter()` when measuring began.
+        last: `(time, env_steps, train_steps)` at the previous summary.
+
+    Example:
+
+    >>> progress = Progress(start=0.0)
+    >>> progress.numbers(10.0, env_steps=1000, train_steps=500, batch_size=64)
+    {'progress/env_steps': 1000.0, 'progress/train_steps': 500.0, \
+'progress/wall_time': 10.0, 'progress/training_intensity': 32.0}
+    >>> progress.numbers(12.0, env_steps=1400, train_steps=900, batch_size=64)[
+    ...     "progress/env_steps_per_sec"]
+    200.0
+    """
+
+    start: float
+    last: tuple[float, int, int] | None = None
+
+    def numbers(
+        self, now: float, env_steps: int, train_steps: int, batch_size: int | None
+    ) -> dict[str, float]:
+        """The progress numbers at a summary taken at time `now`."""
+        numbers = {
+            "progress/env_steps": float(env_steps),
+            "progress/train_steps": float(train_steps),
+            "progress/wall_time": now - self.start,
+        }
+        if self.last is not None and now > self.last[0]:
+            elapsed = now - self.last[0]
+            numbers["progress/env_steps_per_sec"] = (env_steps - self.last[1]) / elapsed
+            numbers["progress/updates_per_sec"] = (train_steps - self.last[2]) / elapsed
+        if batch_size is not None and env_steps > 0:
+            intensity = batch_size * train_steps / env_steps
+            numbers["progress/training_intensity"] = intensity
+        self.last = (now, env_steps, train_steps)
+        return numbers
+
+
+def transitions_per_batch(step_type_shape: list[int]) -> int:
+    """Transitions in a train batch of this outer shape: `B x (T - 1)` for
+    `[B, T]` trajectories (a `[64, 2]` DQN batch is 64 transitions), `B` for
+    `[B]`.
+
+    Example:
+
+    >>> transitions_per_batch([64, 2]), transitions_per_batch([32])
+    (64, 32)
+    """
+    if len(step_type_shape) >= 2 and step_type_shape[1] > 1:
+        return step_type_shape[0] * (step_type_shape[1] - 1)
+    return step_type_shape[0]
 
 
 class RLHealthMonitor:
@@ -64,7 +261,7 @@ class RLHealthMonitor:
             rule reads the collect return (judged once 10 are kept).
         solve_threshold: Return counting as solved (`episode/solve_rate`).
         value_fn: `value_fn(time_step) -> [N]` value estimates; None picks
-            the agent's own (see `keras_gradmon.rl.values`).
+            the agent's own (see `keras_gradmon.rl.probes`).
         kl: Measure the KL divergence over the update at summary steps.
         rules: RL alert rules (a mapping or a list); None for
             `default_rl_rules()`, `[]` for none.
@@ -128,6 +325,9 @@ class RLHealthMonitor:
 
     def _measurement(self, options: RLOptions) -> None:
         """The episode observer, the value estimate and the probe."""
+        from keras_gradmon.rl.observer import EpisodeObserver
+        from keras_gradmon.rl.probes import discount_of, value_function
+
         agent = self.agent
         self.value_fn = options.value_fn or value_function(agent)
         self.observer = EpisodeObserver(
@@ -201,9 +401,8 @@ class RLHealthMonitor:
         end = self._read_step()
         self._per_call, self._step = end - step, end
         numbers.update(loss_numbers(loss_info))
-        batch = self.train_batch_size or transitions_per_batch(
-            tf.shape(experience.step_type).numpy().tolist()
-        )
+        shape = experience.step_type.shape.as_list()
+        batch = self.train_batch_size or transitions_per_batch(shape)
         measured = {name: float(value) for name, value in numbers.items()}
         self.record(step, measured, train_batch_size=batch)
         return loss_info

@@ -10,9 +10,8 @@ from keras_gradmon import defaults
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
 from keras_gradmon.alerts.runner import alerting
 from keras_gradmon.options import UnknownOptionError, with_overrides
-from keras_gradmon.rl.options import RLOptions
-from keras_gradmon.rl.progress_rules import LowIntensityRule, ReturnCollapseRule
-from keras_gradmon.rl.readings import MIN_EPISODES
+from keras_gradmon.rl.monitor import RLOptions
+from keras_gradmon.rl.rules import MIN_EPISODES, LowIntensityRule, ReturnCollapseRule
 
 
 @pytest.mark.parametrize(
@@ -46,7 +45,7 @@ def test_overrides_replace_fields_and_unknown_ones_are_named():
 
 
 def test_rl_options_import_no_tensorflow():
-    code = "import sys, keras_gradmon.rl.options; print('tensorflow' in sys.modules)"
+    code = "import sys, keras_gradmon.rl.monitor; print('tensorflow' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )

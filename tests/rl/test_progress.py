@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from keras_gradmon.rl.progress import Progress, transitions_per_batch
-from keras_gradmon.rl.readings import (
-    MIN_EPISODES,
-    alert_metrics,
-    derived,
-    episode_numbers,
-)
+from keras_gradmon.rl.monitor import Progress, transitions_per_batch
+from keras_gradmon.rl.rules import MIN_EPISODES, alert_metrics, derived, episode_numbers
 
 
 def test_progress_numbers_are_exact():

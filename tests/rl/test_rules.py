@@ -6,14 +6,12 @@ from __future__ import annotations
 import pytest
 
 from keras_gradmon.alerts import AlertEngine
-from keras_gradmon.rl.progress_rules import (
-    LowIntensityRule,
-    ReturnCollapseRule,
-    ThroughputDropRule,
-)
 from keras_gradmon.rl.rules import (
     EntropyCollapseRule,
+    LowIntensityRule,
     OverestimationRule,
+    ReturnCollapseRule,
+    ThroughputDropRule,
     default_rl_rules,
 )
 from tests.doctests import assert_examples_hold
@@ -206,12 +204,8 @@ def test_default_rules_read_the_metrics_the_monitor_feeds():
 @pytest.mark.parametrize(
     "module",
     [
-        "keras_gradmon.rl.options",
-        "keras_gradmon.rl.progress",
-        "keras_gradmon.rl.progress_rules",
-        "keras_gradmon.rl.readings",
+        "keras_gradmon.rl.monitor",
         "keras_gradmon.rl.rules",
-        "keras_gradmon.rl.streak",
     ],
 )
 def test_docstring_examples_hold(module):

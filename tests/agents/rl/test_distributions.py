@@ -12,7 +12,7 @@ import tensorflow_probability as tfp
 from tf_agents.specs import tensor_spec
 from tf_agents.utils import common
 
-from keras_gradmon.rl import distributions as D
+from keras_gradmon.rl import probes as D
 
 LOGITS_BEFORE = np.array(
     [[0.3, -1.2, 2.0, 0.0], [1.0, 1.0, 1.0, 1.0], [-3.0, 0.5, 0.25, 4.0]], np.float32

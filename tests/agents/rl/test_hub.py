@@ -11,7 +11,7 @@ import keras_gradmon
 from keras_gradmon.hub import Hub
 from keras_gradmon.recorders.writer import MonitorWriter
 from keras_gradmon.rl import RLHealthMonitor
-from keras_gradmon.rl.options import RLOptions
+from keras_gradmon.rl.monitor import RLOptions
 from tests.activations.models import reference_statistics
 from tests.agents.helpers import loss_gradients, make_agent, make_batch
 from tests.test_hub import CsvRecorder, read_csv

@@ -22,8 +22,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.utils import common
 
 from keras_gradmon.rl import value_function
-from keras_gradmon.rl.probes import PolicyProbe
-from keras_gradmon.rl.values import discount_of, time_steps
+from keras_gradmon.rl.probes import PolicyProbe, discount_of, time_steps
 from tests.agents.rl.envs import ChainEnv
 
 OBSERVATIONS = np.array(
