@@ -20,8 +20,10 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.adapters import wrap  # noqa: F401
     from keras_gradmon.adapters.base import MonitoredOptimizer  # noqa: F401
     from keras_gradmon.adapters.keras3 import GradientMonitorOptimizer  # noqa: F401
-    from keras_gradmon.alerts.checker import AlertChecker  # noqa: F401
-    from keras_gradmon.alerts.runner import GradientAlertError  # noqa: F401
+    from keras_gradmon.alerts.delivery import (
+        AlertChecker,  # noqa: F401
+        GradientAlertError,  # noqa: F401
+    )
     from keras_gradmon.callbacks.activations import (  # noqa: F401
         ActivationMonitorCallback,
     )
@@ -41,10 +43,10 @@ _EXPORTS = {
     "ActivationMonitor": "keras_gradmon.activations.monitor",
     "ActivationMonitorCallback": "keras_gradmon.callbacks.activations",
     "ActivationSnapshot": "keras_gradmon.activations.probe",
-    "AlertChecker": "keras_gradmon.alerts.checker",
+    "AlertChecker": "keras_gradmon.alerts.delivery",
     "EpisodeObserver": "keras_gradmon.rl.observer",
     "GradientAlertCallback": "keras_gradmon.callbacks.alerts",
-    "GradientAlertError": "keras_gradmon.alerts.runner",
+    "GradientAlertError": "keras_gradmon.alerts.delivery",
     "GradientMonitorOptimizer": "keras_gradmon.adapters.keras3",
     "GradientSummaryCallback": "keras_gradmon.callbacks.summary",
     "HistogramSnapshot": "keras_gradmon.state",

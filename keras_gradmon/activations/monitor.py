@@ -14,7 +14,7 @@ from keras_gradmon.alerts.defaults import (
     ACTIVATION_STD,
     DEAD_FRACTION,
 )
-from keras_gradmon.alerts.runner import AlertRunner
+from keras_gradmon.alerts.delivery import AlertRunner
 from keras_gradmon.hub import (
     ACTIVATIONS,
     Hub,

@@ -12,9 +12,9 @@ from keras_gradmon import _validation, defaults
 from keras_gradmon.activations.layers import check_layers_argument
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.defaults import default_activation_rules
+from keras_gradmon.alerts.delivery import Action, AlertDelivery, alerting
 from keras_gradmon.alerts.engine import AlertEngine
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
-from keras_gradmon.alerts.runner import Action, AlertDelivery, alerting
 from keras_gradmon.hub import Hub
 from keras_gradmon.options import with_overrides
 from keras_gradmon.schedule import Frequency, Schedule

@@ -16,21 +16,26 @@ Example:
 300 critical
 """
 
-from keras_gradmon.alerts.band import BandRule
 from keras_gradmon.alerts.base import EXPLOSION_HINT, GRAD_NONFINITE, GRAD_NORM, Rule
-from keras_gradmon.alerts.between import IntervalSpikeRule, SkippedSpikeRule
-from keras_gradmon.alerts.clip_fraction import ClipFractionRule
 from keras_gradmon.alerts.defaults import default_activation_rules, default_rules
-from keras_gradmon.alerts.engine import AlertEngine
+from keras_gradmon.alerts.engine import AlertEngine, RateLimiter
 from keras_gradmon.alerts.events import CRITICAL, TIERS, WARNING, Alert, format_number
-from keras_gradmon.alerts.growth import GrowthRule
 from keras_gradmon.alerts.incidents import IncidentLog
-from keras_gradmon.alerts.limiter import RateLimiter
-from keras_gradmon.alerts.nonfinite import NonFiniteRule
-from keras_gradmon.alerts.spike import SpikeRule
-from keras_gradmon.alerts.threshold import ThresholdRule
-from keras_gradmon.alerts.update_ratio import UpdateRatioRule
-from keras_gradmon.alerts.vanishing import VanishingLayersRule, VanishingRule
+from keras_gradmon.alerts.rules import (
+    BandRule,
+    ClipFractionRule,
+    NonFiniteRule,
+    ThresholdRule,
+    UpdateRatioRule,
+    VanishingLayersRule,
+    VanishingRule,
+)
+from keras_gradmon.alerts.scale import (
+    GrowthRule,
+    IntervalSpikeRule,
+    SkippedSpikeRule,
+    SpikeRule,
+)
 
 __all__ = [
     "CRITICAL",

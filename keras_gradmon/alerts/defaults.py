@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 from keras_gradmon import _validation, defaults
-from keras_gradmon.alerts.band import BandRule
 from keras_gradmon.alerts.base import Rule
-from keras_gradmon.alerts.between import IntervalSpikeRule, SkippedSpikeRule
-from keras_gradmon.alerts.clip_fraction import ClipFractionRule
-from keras_gradmon.alerts.growth import GrowthRule
-from keras_gradmon.alerts.nonfinite import NonFiniteRule
-from keras_gradmon.alerts.spike import SpikeRule
-from keras_gradmon.alerts.threshold import ThresholdRule
-from keras_gradmon.alerts.update_ratio import UpdateRatioRule
-from keras_gradmon.alerts.vanishing import VanishingLayersRule
+from keras_gradmon.alerts.rules import (
+    BandRule,
+    ClipFractionRule,
+    NonFiniteRule,
+    ThresholdRule,
+    UpdateRatioRule,
+    VanishingLayersRule,
+)
+from keras_gradmon.alerts.scale import (
+    GrowthRule,
+    IntervalSpikeRule,
+    SkippedSpikeRule,
+    SpikeRule,
+)
 
 #: The subject filter of the default growth and spike rules.
 GLOBAL_ONLY = r"^global$"

@@ -48,9 +48,8 @@ import numpy as np
 
 from keras_gradmon import defaults
 from keras_gradmon.alerts import TIERS
-from keras_gradmon.alerts.clip_fraction import steps_covered
 from keras_gradmon.alerts.events import format_number
-from keras_gradmon.alerts.update_ratio import HIGH, LOW
+from keras_gradmon.alerts.rules import HIGH, LOW, steps_covered
 from keras_gradmon.report.events import Run
 from keras_gradmon.report.rl import group_key
 from keras_gradmon.report.timeline import Timeline, alert_timeline

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 from keras_gradmon import _validation, defaults
 from keras_gradmon.alerts import Alert, AlertEngine, RateLimiter
 from keras_gradmon.alerts.base import Rule
-from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
-from keras_gradmon.alerts.runner import (
+from keras_gradmon.alerts.delivery import (
     Action,
     AlertDelivery,
     AlertRunner,
     validate_actions,
 )
+from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
 from keras_gradmon.hub import RL, Hub, Publication, recording_hub
 from keras_gradmon.options import with_overrides
 from keras_gradmon.rl import rules as R

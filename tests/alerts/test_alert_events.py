@@ -174,15 +174,12 @@ def test_invalid_tier_is_rejected():
         "keras_gradmon.alerts",
         "keras_gradmon.alerts.base",
         "keras_gradmon.alerts.defaults",
+        "keras_gradmon.alerts.delivery",
         "keras_gradmon.alerts.engine",
         "keras_gradmon.alerts.events",
-        "keras_gradmon.alerts.growth",
         "keras_gradmon.alerts.incidents",
-        "keras_gradmon.alerts.limiter",
-        "keras_gradmon.alerts.nonfinite",
-        "keras_gradmon.alerts.spike",
-        "keras_gradmon.alerts.threshold",
-        "keras_gradmon.alerts.vanishing",
+        "keras_gradmon.alerts.rules",
+        "keras_gradmon.alerts.scale",
     ],
 )
 def test_docstring_examples_hold(module):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from keras_gradmon.alerts.level import RunningLevel
+from keras_gradmon.alerts.scale import RunningLevel
 
 
 @pytest.mark.parametrize(("every", "window"), [(1, 1000), (7, 1000), (100, 1000)])

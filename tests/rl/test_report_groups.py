@@ -27,7 +27,7 @@ def _curve(config: str, seed: int) -> np.ndarray:
 def _write_run(log_dir, config: str, seed: int) -> None:
     import tensorflow as tf
 
-    from keras_gradmon.alerts.runner import AlertDelivery
+    from keras_gradmon.alerts.delivery import AlertDelivery
     from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 
     writer = tf.summary.create_file_writer(str(log_dir / f"{config}_seed{seed}"))
