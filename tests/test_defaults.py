@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from keras_gradmon import cli, defaults
-from keras_gradmon.activations.options import ActivationOptions
+from keras_gradmon.activations.monitor import ActivationOptions
 from keras_gradmon.alerts import default_activation_rules
 from keras_gradmon.report.analysis import HealthCriteria
 

@@ -1,6 +1,6 @@
 """The activation probe on TensorFlow (Keras 3 and tf_keras): the probe
 function traced once by `tf.function`, with the watched layers hooked while
-it traces (`keras_gradmon.activations.hooks`); later runs are one graph, no
+it traces (`keras_gradmon.activations.layers`); later runs are one graph, no
 Python. The model's variables are read by the graph itself. Imported only
 on the TensorFlow backend (`keras_gradmon.activations.probe.capture_backend`).
 """

@@ -2,7 +2,7 @@
 `jax.jit`, a pure function of the model's state values and the probe batch,
 run in a `keras.StatelessScope` that maps each variable to its value (as
 `model.stateless_call` does), with the watched layers hooked while it traces
-(`keras_gradmon.activations.hooks`). Later runs are one compiled program.
+(`keras_gradmon.activations.layers`). Later runs are one compiled program.
 
 During `fit` the trainer keeps the live weights in `model._jax_state` (the
 variables themselves purged until the epoch ends): the probe reads them

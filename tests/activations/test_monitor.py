@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import keras_gradmon
 from keras_gradmon import ActivationMonitor
-from keras_gradmon.activations.options import ActivationOptions
+from keras_gradmon.activations.monitor import ActivationOptions
 from keras_gradmon.activations.probe import ACTIVATION_STATISTICS
 from tests.activations import models
 from tests.reference import histogram_series, load_events

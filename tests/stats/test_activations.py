@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_gradmon.stats.activations import (
+from keras_gradmon.activations.probe import (
     dead_fraction,
     dead_units,
     saturated_fraction,
