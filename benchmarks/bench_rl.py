@@ -61,7 +61,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 from tf_agents.utils import common
 
-from keras_gradmon.rl import RLHealthMonitor
+from keras_gradmon.rl.monitor import RLHealthMonitor
 
 NEVER = 10**12
 TRAIN = {"plain": None, "idle": NEVER, "every100": 100}

@@ -44,7 +44,7 @@ from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.utils import common
 
 import keras_gradmon
-from keras_gradmon.rl import RLHealthMonitor
+from keras_gradmon.rl.monitor import RLHealthMonitor
 
 MONITOR = {
     "every_n_steps": 50,

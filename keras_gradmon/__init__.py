@@ -29,12 +29,15 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
     )
     from keras_gradmon.callbacks.alerts import GradientAlertCallback  # noqa: F401
     from keras_gradmon.callbacks.summary import GradientSummaryCallback  # noqa: F401
-    from keras_gradmon.config import MonitorConfig  # noqa: F401
+    from keras_gradmon.columns import (  # noqa: F401
+        STATISTICS,
+        HistogramSnapshot,
+        Snapshot,
+    )
+    from keras_gradmon.core.config import MonitorConfig  # noqa: F401
     from keras_gradmon.rl.monitor import RLHealthMonitor  # noqa: F401
     from keras_gradmon.rl.observer import EpisodeObserver  # noqa: F401
     from keras_gradmon.schedule import Schedule  # noqa: F401
-    from keras_gradmon.schema import STATISTICS  # noqa: F401
-    from keras_gradmon.state import HistogramSnapshot, Snapshot  # noqa: F401
     from keras_gradmon.summaries import write_summaries  # noqa: F401
 
 __version__ = "0.2.0"
@@ -49,13 +52,13 @@ _EXPORTS = {
     "GradientAlertError": "keras_gradmon.alerts.delivery",
     "GradientMonitorOptimizer": "keras_gradmon.adapters.keras3",
     "GradientSummaryCallback": "keras_gradmon.callbacks.summary",
-    "HistogramSnapshot": "keras_gradmon.state",
-    "MonitorConfig": "keras_gradmon.config",
+    "HistogramSnapshot": "keras_gradmon.columns",
+    "MonitorConfig": "keras_gradmon.core.config",
     "MonitoredOptimizer": "keras_gradmon.adapters.base",
     "RLHealthMonitor": "keras_gradmon.rl.monitor",
-    "STATISTICS": "keras_gradmon.schema",
+    "STATISTICS": "keras_gradmon.columns",
     "Schedule": "keras_gradmon.schedule",
-    "Snapshot": "keras_gradmon.state",
+    "Snapshot": "keras_gradmon.columns",
     "wrap": "keras_gradmon.adapters",
     "write_summaries": "keras_gradmon.summaries",
 }

@@ -113,7 +113,11 @@ def run_report(
     group: str | None = None,
 ) -> int:
     """Prints the report of `log_dir`; returns the exit code."""
-    from keras_gradmon.report.analysis import analyze, failing_alerts, group_signals
+    from keras_gradmon.report.analysis import (
+        analyze,
+        failing_alerts,
+        group_signals,
+    )
     from keras_gradmon.report.events import ReportError, load_runs
     from keras_gradmon.report.render import Contents, report_text
     from keras_gradmon.report.rl import analyze_rl, group_reports

@@ -242,7 +242,7 @@ def chief_writes(variable: Any) -> bool:
     """
     if variable is None or "tensorflow" not in sys.modules:
         return True
-    from keras_gradmon.backend.tensorflow import distribute
+    from keras_gradmon.backend import distribute
 
     return distribute.writes_summaries(variable)
 

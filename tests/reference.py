@@ -8,8 +8,8 @@ import os
 import numpy as np
 from tensorboard.backend.event_processing import event_accumulator
 
-from keras_gradmon.schema import STATISTICS
-from keras_gradmon.stats import registry
+from keras_gradmon.columns import STATISTICS
+from keras_gradmon.core import statistics as registry
 
 
 def flush_subnormals(values: np.ndarray) -> np.ndarray:

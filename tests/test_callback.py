@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import keras_gradmon
 from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
-from keras_gradmon.state import MonitorState
+from keras_gradmon.core.state import MonitorState
 from tests.helpers import LOSS, data, gradients, mlp
 from tests.reference import (
     histogram_series,

@@ -14,18 +14,15 @@ import tensorflow as tf
 
 from keras_gradmon import GradientMonitorOptimizer
 from keras_gradmon.adapters.stepped import make_tf_variable
-from keras_gradmon.clipping import (
-    AdaptiveGradientClip,
-    AutoClip,
-    GlobalNormClip,
-    ZClip,
-    as_gradient,
-    global_norm_of,
-)
-from keras_gradmon.config import MonitorConfig
-from keras_gradmon.monitor import GradientMonitor
-from keras_gradmon.state import COLUMNS
-from keras_gradmon.stats import STATISTICS
+from keras_gradmon.columns import COLUMNS, STATISTICS
+from keras_gradmon.core.clipping import as_gradient
+from keras_gradmon.core.clipping.agc import AdaptiveGradientClip
+from keras_gradmon.core.clipping.autoclip import AutoClip
+from keras_gradmon.core.clipping.base import global_norm_of
+from keras_gradmon.core.clipping.global_norm import GlobalNormClip
+from keras_gradmon.core.clipping.zclip import ZClip
+from keras_gradmon.core.config import MonitorConfig
+from keras_gradmon.core.monitor import GradientMonitor
 from tests.reference import reference_histogram, reference_statistics
 
 # Row 1 four times, row 3 twice: duplicate indices in one batch.

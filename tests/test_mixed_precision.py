@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import keras_gradmon
 from keras_gradmon import GradientMonitorOptimizer
-from keras_gradmon.state import COLUMNS
+from keras_gradmon.columns import COLUMNS
 from tests.conftest import compile_fn
 from tests.helpers import LOSS, data, mlp
 from tests.reference import (

@@ -5,8 +5,8 @@ import tensorflow as tf
 
 import keras_gradmon
 from keras_gradmon import GradientMonitorOptimizer, MonitorConfig
-from keras_gradmon.monitor import GradientMonitor
-from keras_gradmon.state import COLUMNS
+from keras_gradmon.columns import COLUMNS
+from keras_gradmon.core.monitor import GradientMonitor
 from tests.conftest import compile_fn
 from tests.helpers import LOSS, data, gradients, mlp
 from tests.reference import (

@@ -10,7 +10,7 @@ from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from keras_gradmon.adapters import packed
-from keras_gradmon.recorders.buckets import batched_histogram_rows_graph
+from keras_gradmon.core.histogram import batched_histogram_rows_graph
 
 SCALARS = {
     "grad_norm/global": 1.5,
@@ -63,7 +63,7 @@ def _write_packed(path, step):
 
 
 def _write_reference(path, step, counts, ranges):
-    from keras_gradmon.recorders.buckets import histogram_rows_graph
+    from keras_gradmon.core.histogram import histogram_rows_graph
 
     writer = tf.summary.create_file_writer(str(path))
     with writer.as_default():

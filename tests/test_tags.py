@@ -9,8 +9,13 @@ import pytest
 import tensorflow as tf
 
 from keras_gradmon import GradientMonitorOptimizer
-from keras_gradmon.state import COLUMNS
-from keras_gradmon.tags import monitor_scopes, parse, tag, variable_statistic
+from keras_gradmon.columns import (
+    COLUMNS,
+    monitor_scopes,
+    parse,
+    tag,
+    variable_statistic,
+)
 
 
 def _trained(**options) -> GradientMonitorOptimizer:

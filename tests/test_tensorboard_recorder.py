@@ -197,12 +197,12 @@ import sys
 import numpy as np
 
 import keras_gradmon.recorders.base
-import keras_gradmon.recorders.buckets
+import keras_gradmon.core.histogram
 import keras_gradmon.recorders.console
 import keras_gradmon.recorders.jsonl
 import keras_gradmon.recorders.keras_logs
 import keras_gradmon.recorders.worker
-from keras_gradmon.recorders.buckets import histogram_rows
+from keras_gradmon.core.histogram import histogram_rows
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 
 closed = TensorBoardRecorder(sys.argv[1])

@@ -1,7 +1,7 @@
 """Under XLA the wrapped optimizer trains bit-identically to the unwrapped
 one, BatchNorm included: the monitor reads exact copies of the gradients, so
 XLA compiles the inner update as it would unwrapped (see
-`keras_gradmon.backend.tensorflow.graph.exact_copies` for why an extra
+`keras_gradmon.backend.tensorflow.exact_copies` for why an extra
 reader changes the update's rounding)."""
 
 from __future__ import annotations

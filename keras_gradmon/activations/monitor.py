@@ -10,27 +10,41 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from keras_gradmon import _validation, defaults
+from keras_gradmon import defaults, validation
 from keras_gradmon.activations.layers import (
     RECURRENT,
     WatchedLayer,
     check_layers_argument,
     select_layers,
 )
-from keras_gradmon.activations.probe import ActivationProbe, ActivationSnapshot
-from keras_gradmon.alerts import Alert
+from keras_gradmon.activations.probe import (
+    ActivationProbe,
+    ActivationSnapshot,
+)
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.defaults import (
     ACTIVATION_STD,
     DEAD_FRACTION,
     default_activation_rules,
 )
-from keras_gradmon.alerts.delivery import Action, AlertDelivery, AlertRunner, alerting
+from keras_gradmon.alerts.delivery import (
+    Action,
+    AlertDelivery,
+    AlertRunner,
+    alerting,
+)
 from keras_gradmon.alerts.engine import AlertEngine
+from keras_gradmon.alerts.events import Alert
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
-from keras_gradmon.hub import ACTIVATIONS, Hub, Publication, chief_writes, recording_hub
-from keras_gradmon.options import with_overrides
+from keras_gradmon.hub import (
+    ACTIVATIONS,
+    Hub,
+    Publication,
+    chief_writes,
+    recording_hub,
+)
 from keras_gradmon.schedule import Frequency, Schedule
+from keras_gradmon.validation import with_overrides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +86,9 @@ class ActivationOptions:
             )
         check_layers_argument(self.layers)
         if self.histogram_buckets is not None:
-            _validation.positive_int("histogram_buckets", self.histogram_buckets)
+            validation.positive_int("histogram_buckets", self.histogram_buckets)
         if self.tag_scope is not None:
-            _validation.non_empty_string("tag_scope", self.tag_scope)
+            validation.non_empty_string("tag_scope", self.tag_scope)
         self.schedule()
         self.alerting()
 
@@ -84,7 +98,7 @@ class ActivationOptions:
     ) -> ActivationOptions:
         """The options from `options` (an `ActivationOptions`, or the probe
         batch `data`, or None) and keyword `overrides` (see
-        `keras_gradmon.options.with_overrides`).
+        `keras_gradmon.validation.with_overrides`).
 
         Example:
 

@@ -1,5 +1,5 @@
 """The adapters: one per optimizer framework, each a thin layer of framework
-glue around the one core, `keras_gradmon.monitor.GradientMonitor`.
+glue around the one core, `keras_gradmon.core.monitor.GradientMonitor`.
 
 - `keras3.GradientMonitorOptimizer`: Keras 3 optimizers.
 - `tf_keras.TfKerasGradientMonitorOptimizer`: tf_keras optimizers.
@@ -13,7 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from keras_gradmon.adapters.base import check_not_monitored
-from keras_gradmon.adapters.kinds import SUPPORTED, kind_of, unsupported_error
+from keras_gradmon.adapters.kinds import (
+    SUPPORTED,
+    kind_of,
+    unsupported_error,
+)
 
 
 def wrap(optimizer: Any, config: Any = None, name: str | None = None, **options: Any):
@@ -53,11 +57,15 @@ def wrap(optimizer: Any, config: Any = None, name: str | None = None, **options:
             )
         return GradientMonitorOptimizer(optimizer, config=config, name=name, **options)
     if kind == "tf_keras":
-        from keras_gradmon.adapters.tf_keras import TfKerasGradientMonitorOptimizer
+        from keras_gradmon.adapters.tf_keras import (
+            TfKerasGradientMonitorOptimizer,
+        )
 
         return TfKerasGradientMonitorOptimizer(optimizer, config, name, **options)
     if kind == "tf_v1":
-        from keras_gradmon.adapters.tf_v1 import V1GradientMonitorOptimizer
+        from keras_gradmon.adapters.tf_v1 import (
+            V1GradientMonitorOptimizer,
+        )
 
         return V1GradientMonitorOptimizer(optimizer, config, name, **options)
     raise unsupported_error(optimizer)

@@ -8,9 +8,9 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from keras_gradmon.config import MonitorConfig
-from keras_gradmon.monitor import GradientMonitor
-from keras_gradmon.state import HistogramSnapshot, Snapshot
+from keras_gradmon.columns import HistogramSnapshot, Snapshot
+from keras_gradmon.core.config import MonitorConfig
+from keras_gradmon.core.monitor import GradientMonitor
 
 _NOT_A_SCOPE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
@@ -186,7 +186,7 @@ def find_monitored(optimizer: Any) -> MonitoredOptimizer:
         ValueError: If there is none, or if a `LossScaleOptimizer` wraps it
             (the monitor must wrap the loss scaler, see `loss_scale`).
     """
-    from keras_gradmon import loss_scale
+    from keras_gradmon.core import loss_scale
 
     current = optimizer
     for _ in range(8):

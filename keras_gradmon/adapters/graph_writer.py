@@ -17,11 +17,11 @@ from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from keras_gradmon.adapters import packed
-from keras_gradmon.backend.tensorflow.graph import in_xla_context, run_if
-from keras_gradmon.measurement import Due
-from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.backend.tensorflow import in_xla_context, run_if
+from keras_gradmon.core.histogram import batched_histogram_rows_graph
+from keras_gradmon.core.measurement import Due
+from keras_gradmon.core.monitor import GradientMonitor
 from keras_gradmon.recorders import claims
-from keras_gradmon.recorders.buckets import batched_histogram_rows_graph
 
 
 def default_writer() -> object | None:

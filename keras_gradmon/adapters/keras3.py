@@ -13,7 +13,7 @@ from typing import Any
 
 import keras
 
-from keras_gradmon import backend, loss_scale
+from keras_gradmon import backend
 from keras_gradmon.adapters.base import (
     ConfigFromInner,
     MonitoredOptimizer,
@@ -24,8 +24,9 @@ from keras_gradmon.adapters.base import (
     set_variables,
 )
 from keras_gradmon.adapters.live_state import LiveState
-from keras_gradmon.config import MonitorConfig
-from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.core import loss_scale
+from keras_gradmon.core.config import MonitorConfig
+from keras_gradmon.core.monitor import GradientMonitor
 
 _STEPS = {"tensorflow": "keras3_tf", "jax": "keras3_jax"}
 
@@ -102,7 +103,10 @@ class GradientMonitorOptimizer(
             inner_optimizer, keras.optimizers.Optimizer
         ):
             from keras_gradmon.adapters import wrap
-            from keras_gradmon.adapters.kinds import kind_of, unsupported_error
+            from keras_gradmon.adapters.kinds import (
+                kind_of,
+                unsupported_error,
+            )
 
             if kind_of(inner_optimizer) is None:
                 raise unsupported_error(inner_optimizer, "inner_optimizer")

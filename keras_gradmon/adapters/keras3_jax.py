@@ -15,11 +15,12 @@ from typing import Any
 
 from keras import ops
 
-from keras_gradmon import backend, loss_scale
+from keras_gradmon import backend
 from keras_gradmon.adapters import noise_parts
 from keras_gradmon.adapters.keras3 import handed_on
 from keras_gradmon.adapters.live_state import step_counter
-from keras_gradmon.state import ValueStore
+from keras_gradmon.core import loss_scale
+from keras_gradmon.core.state import ValueStore
 
 
 def stateless_apply(

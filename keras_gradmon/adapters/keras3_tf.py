@@ -9,12 +9,12 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from keras_gradmon import loss_scale
 from keras_gradmon.adapters import noise_parts
 from keras_gradmon.adapters.keras3 import handed_on
 from keras_gradmon.adapters.updates import record_updates, weights_before
-from keras_gradmon.backend.tensorflow import distribute
-from keras_gradmon.backend.tensorflow.graph import exact_copies, in_xla_context
+from keras_gradmon.backend import distribute
+from keras_gradmon.backend.tensorflow import exact_copies, in_xla_context
+from keras_gradmon.core import loss_scale
 
 
 def apply(wrapper: Any, grads: list, variables: list) -> None:

@@ -1,5 +1,5 @@
 """How a Keras 3 wrapper's step splits into parts for the noise scale
-(`keras_gradmon.signals.parts`): the replicas under `tf.distribute`, else
+(`keras_gradmon.core.noise_scale`): the replicas under `tf.distribute`, else
 the micro-batches of the inner optimizer's `gradient_accumulation_steps`,
 else none (no estimate: one batch gives one gradient).
 
@@ -17,7 +17,7 @@ from keras import ops
 
 from keras_gradmon import backend
 from keras_gradmon.adapters.live_state import step_counter
-from keras_gradmon.signals.parts import MicroBatches, Replicas
+from keras_gradmon.core.noise_scale import MicroBatches, Replicas
 
 
 def micro_batches(
@@ -55,7 +55,7 @@ def replicas(grads: Sequence[Any], count: int, scale: Any) -> Replicas:
     the replica context, before they are summed; `scale`: the loss scale
     they carry, or None). A replica's part is its gradient times `count`,
     so that the parts' mean is the summed gradient."""
-    from keras_gradmon.backend.tensorflow import distribute
+    from keras_gradmon.backend import distribute
 
     local = ops.zeros((), "float32")
     for grad in grads:

@@ -21,10 +21,10 @@ from keras_gradmon.adapters.base import (
 )
 from keras_gradmon.adapters.graph_writer import write_recorded
 from keras_gradmon.adapters.updates import record_updates, weights_before
-from keras_gradmon.backend.tensorflow import distribute
-from keras_gradmon.config import MonitorConfig
-from keras_gradmon.measurement import Due, Processed
-from keras_gradmon.monitor import GradientMonitor
+from keras_gradmon.backend import distribute
+from keras_gradmon.core.config import MonitorConfig
+from keras_gradmon.core.measurement import Due, Processed
+from keras_gradmon.core.monitor import GradientMonitor
 
 _MEASURING = contextvars.ContextVar("keras_gradmon_measuring", default=True)
 
@@ -33,7 +33,7 @@ def make_tf_variable(
     name: str, shape: tuple, dtype: str, initial: float
 ) -> tf.Variable:
     """A non-trainable `tf.Variable`, one copy per replica under a strategy
-    (see `keras_gradmon.backend.tensorflow.distribute`)."""
+    (see `keras_gradmon.backend.distribute`)."""
     return tf.Variable(
         tf.fill(shape, tf.cast(initial, dtype)),
         trainable=False,

@@ -22,8 +22,8 @@ import tf_keras
 
 from keras_gradmon.adapters.base import ConfigFromInner, forwarded
 from keras_gradmon.adapters.stepped import StepAdapter
-from keras_gradmon.backend.tensorflow import distribute
-from keras_gradmon.backend.tensorflow.graph import unconverted
+from keras_gradmon.backend import distribute
+from keras_gradmon.backend.tensorflow import unconverted
 
 _NEW_BASE = tf_keras.optimizers.Optimizer
 _CLASSIC_BASE = tf_keras.optimizers.legacy.Optimizer

@@ -10,8 +10,8 @@ from typing import Any
 import tensorflow as tf
 
 from keras_gradmon.adapters.stepped import StepAdapter, make_tf_variable
-from keras_gradmon.backend.tensorflow import distribute
-from keras_gradmon.backend.tensorflow.graph import unconverted
+from keras_gradmon.backend import distribute
+from keras_gradmon.backend.tensorflow import unconverted
 
 _V1_BASE = tf.compat.v1.train.Optimizer
 

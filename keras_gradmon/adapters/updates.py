@@ -17,8 +17,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_gradmon.backend.tensorflow.graph import values_if
-from keras_gradmon.measurement import Due
+from keras_gradmon.backend.tensorflow import values_if
+from keras_gradmon.core.measurement import Due
 
 
 def weights_before(

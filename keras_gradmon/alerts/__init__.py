@@ -16,10 +16,18 @@ Example:
 300 critical
 """
 
-from keras_gradmon.alerts.base import EXPLOSION_HINT, GRAD_NONFINITE, GRAD_NORM, Rule
-from keras_gradmon.alerts.defaults import default_activation_rules, default_rules
+from keras_gradmon.alerts.base import (
+    EXPLOSION_HINT,
+    GRAD_NONFINITE,
+    GRAD_NORM,
+    Rule,
+)
+from keras_gradmon.alerts.defaults import (
+    default_activation_rules,
+    default_rules,
+)
 from keras_gradmon.alerts.engine import AlertEngine, RateLimiter
-from keras_gradmon.alerts.events import CRITICAL, TIERS, WARNING, Alert, format_number
+from keras_gradmon.alerts.events import CRITICAL, TIERS, WARNING, Alert
 from keras_gradmon.alerts.incidents import IncidentLog
 from keras_gradmon.alerts.rules import (
     BandRule,
@@ -36,6 +44,7 @@ from keras_gradmon.alerts.scale import (
     SkippedSpikeRule,
     SpikeRule,
 )
+from keras_gradmon.formatting import format_number
 
 __all__ = [
     "CRITICAL",

@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from keras_gradmon import _validation
+from keras_gradmon import validation
 from keras_gradmon.alerts.events import WARNING, Alert
 
 #: Metric read by the norm-based rules.
@@ -88,14 +88,14 @@ class Rule(abc.ABC):
         metric: str | None = None,
     ) -> None:
         self.subjects = subjects
-        self._pattern = _validation.subjects_pattern(subjects)
+        self._pattern = validation.subjects_pattern(subjects)
         self.hint = (
-            self.default_hint if hint is None else _validation.string("hint", hint)
+            self.default_hint if hint is None else validation.string("hint", hint)
         )
         self.metric = (
             self.default_metric
             if metric is None
-            else _validation.non_empty_string("metric", metric)
+            else validation.non_empty_string("metric", metric)
         )
         self.last_step: int | None = None
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from keras_gradmon import _validation, defaults
+from keras_gradmon import defaults, validation
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.rules import (
     BandRule,
@@ -91,7 +91,7 @@ def default_activation_rules(
     Args:
         std_band: `(low, high)` healthy band of a layer's activation std
             (0.05 to 20: healthy models measure 0.16 to 1.35, see
-            `keras_gradmon.defaults.STD_BAND`), or None for no band rule.
+            `keras_gradmon.validation.STD_BAND`), or None for no band rule.
         dead_fraction: Warn when more than this fraction of a layer's units
             are dead, at every summary (critical from the 2nd summary in a
             row with more than 90% dead; no critical tier for a
@@ -114,7 +114,7 @@ def default_activation_rules(
     if std_band is not None:
         rules["activation_std"] = _std_band_rule(std_band)
     if dead_fraction is not None:
-        warning = _validation.open_unit_interval("dead_fraction", dead_fraction)
+        warning = validation.open_unit_interval("dead_fraction", dead_fraction)
         rules["dead_units"] = ThresholdRule(
             warning=warning,
             critical=_DEAD_CRITICAL if warning < _DEAD_CRITICAL else None,

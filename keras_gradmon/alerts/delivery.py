@@ -20,12 +20,24 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from keras_gradmon.alerts import CRITICAL, TIERS, WARNING, Alert, AlertEngine
 from keras_gradmon.alerts.base import Rule
-from keras_gradmon.alerts.engine import RateLimiter
-from keras_gradmon.alerts.events import ALERT_LOG
+from keras_gradmon.alerts.engine import AlertEngine, RateLimiter
+from keras_gradmon.alerts.events import (
+    ALERT_LOG,
+    CRITICAL,
+    TIERS,
+    WARNING,
+    Alert,
+)
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
-from keras_gradmon.history import NO_STEP, Cursor, unpack
+from keras_gradmon.columns import (
+    GLOBAL,
+    TagTable,
+    parse,
+    tag,
+    variable_statistic,
+)
+from keras_gradmon.core.state import NO_STEP, Cursor, unpack
 from keras_gradmon.hub import (
     ALERTS,
     GRADIENTS,
@@ -35,10 +47,9 @@ from keras_gradmon.hub import (
     recording_hub,
 )
 from keras_gradmon.recorders.tensorboard import check_log_dir
-from keras_gradmon.tags import GLOBAL, TagTable, parse, tag, variable_statistic
 
 if TYPE_CHECKING:
-    from keras_gradmon.state import Snapshot
+    from keras_gradmon.columns import Snapshot
 
 
 #: What to do when an alert of a tier fires: "log" (only the log line),

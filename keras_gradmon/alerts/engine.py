@@ -8,7 +8,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from keras_gradmon import _validation
+from keras_gradmon import validation
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.defaults import default_rules
 from keras_gradmon.alerts.events import TIERS, Alert
@@ -54,13 +54,13 @@ class RateLimiter:
     """
 
     def __init__(self, cooldown_steps: int = 0, max_per_rule: int | None = None):
-        self.cooldown_steps = _validation.non_negative_int(
+        self.cooldown_steps = validation.non_negative_int(
             "cooldown_steps", cooldown_steps
         )
         self.max_per_rule = (
             None
             if max_per_rule is None
-            else _validation.positive_int("max_per_rule", max_per_rule)
+            else validation.positive_int("max_per_rule", max_per_rule)
         )
         self._last_emitted: dict[tuple[str, str, str], int] = {}
         self._emitted: Counter[tuple[str, str]] = Counter()

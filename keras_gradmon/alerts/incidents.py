@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from keras_gradmon import _validation
+from keras_gradmon import validation
 from keras_gradmon.alerts.events import CRITICAL, Alert
 from keras_gradmon.formatting import format_number
 
@@ -228,7 +228,7 @@ class IncidentLog:
         self.grouping = (
             None
             if fold_steps is None
-            else IncidentGrouping(_validation.positive_int("fold_steps", fold_steps))
+            else IncidentGrouping(validation.positive_int("fold_steps", fold_steps))
         )
         #: Lines logged so far.
         self.lines_logged = 0

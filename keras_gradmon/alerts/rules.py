@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from keras_gradmon import _validation
+from keras_gradmon import validation
 from keras_gradmon.alerts.base import EXPLOSION_HINT, GRAD_NONFINITE, Rule
-from keras_gradmon.alerts.events import CRITICAL, Alert, format_number
-from keras_gradmon.tag_parsing import GLOBAL
+from keras_gradmon.alerts.events import CRITICAL, Alert
+from keras_gradmon.columns import GLOBAL
+from keras_gradmon.formatting import format_number
 
 
 class ThresholdRule(Rule):
@@ -65,12 +66,12 @@ class ThresholdRule(Rule):
                 "Received: warning=None, critical=None"
             )
         self.warning = (
-            None if warning is None else _validation.positive_finite("warning", warning)
+            None if warning is None else validation.positive_finite("warning", warning)
         )
         self.critical = (
             None
             if critical is None
-            else _validation.positive_finite("critical", critical)
+            else validation.positive_finite("critical", critical)
         )
         if (
             self.warning is not None
@@ -81,7 +82,7 @@ class ThresholdRule(Rule):
                 "`warning` must be smaller than `critical`. "
                 f"Received: warning={warning!r}, critical={critical!r}"
             )
-        self.critical_patience = _validation.positive_int(
+        self.critical_patience = validation.positive_int(
             "critical_patience", critical_patience
         )
         self._streaks: dict[str, int] = {}
@@ -262,14 +263,14 @@ class BandRule(Rule):
         metric: str | None = None,
     ) -> None:
         super().__init__(subjects=subjects, hint=hint, metric=metric)
-        self.low = _validation.positive_finite("low", low)
-        self.high = _validation.positive_finite("high", high)
+        self.low = validation.positive_finite("low", low)
+        self.high = validation.positive_finite("high", high)
         if self.low >= self.high:
             raise ValueError(
                 f"`low` must be smaller than `high`. Received: low={low!r}, "
                 f"high={high!r}"
             )
-        self.patience = _validation.positive_int("patience", patience)
+        self.patience = validation.positive_int("patience", patience)
         self._runs: dict[str, int] = {}
 
     def reset(self) -> None:
@@ -373,8 +374,8 @@ class ClipFractionRule(Rule):
         metric: str | None = None,
     ) -> None:
         super().__init__(subjects=rf"^{FRACTION}$", hint=hint, metric=metric)
-        self.window = _validation.positive_int("window", window)
-        self.fraction = _validation.open_unit_interval("fraction", fraction)
+        self.window = validation.positive_int("window", window)
+        self.fraction = validation.open_unit_interval("fraction", fraction)
         # (steps covered, fraction clipped) per summary, newest last.
         self._summaries: deque[tuple[int, float]] = deque()
         self._previous: int | None = None
@@ -496,14 +497,14 @@ class UpdateRatioRule(Rule):
         metric: str | None = None,
     ) -> None:
         super().__init__(subjects=subjects, hint=hint, metric=metric)
-        self.low = _validation.in_closed_range("low", low, 0.0, float("inf"))
-        self.high = _validation.positive_finite("high", high)
+        self.low = validation.in_closed_range("low", low, 0.0, float("inf"))
+        self.high = validation.positive_finite("high", high)
         if self.low >= self.high:
             raise ValueError(
                 f"`low` must be smaller than `high`. Received: low={low!r}, "
                 f"high={high!r}"
             )
-        self.steps = _validation.non_negative_int("steps", steps)
+        self.steps = validation.non_negative_int("steps", steps)
         # Subject -> (step the run out of band started, already reported).
         self._runs: dict[str, tuple[int, bool]] = {}
 
@@ -597,8 +598,8 @@ class VanishingRule(Rule):
         metric: str | None = None,
     ) -> None:
         super().__init__(subjects=subjects, hint=hint, metric=metric)
-        self.floor = _validation.positive_finite("floor", floor)
-        self.patience = _validation.positive_int("patience", patience)
+        self.floor = validation.positive_finite("floor", floor)
+        self.patience = validation.positive_int("patience", patience)
         self._runs: dict[str, int] = {}
 
     def reset(self) -> None:
@@ -692,8 +693,8 @@ class VanishingLayersRule(Rule):
         metric: str | None = None,
     ) -> None:
         super().__init__(subjects=subjects, hint=hint, metric=metric)
-        self.ratio = _validation.open_unit_interval("ratio", ratio)
-        self.patience = _validation.positive_int("patience", patience)
+        self.ratio = validation.open_unit_interval("ratio", ratio)
+        self.patience = validation.positive_int("patience", patience)
         self._previous: int | None = None
         self._since: int | None = None
         self._fired = False

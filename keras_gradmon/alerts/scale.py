@@ -34,10 +34,11 @@ import dataclasses
 import math
 from collections import deque
 
-from keras_gradmon import _validation
+from keras_gradmon import validation
 from keras_gradmon.alerts.base import EXPLOSION_HINT, Rule
-from keras_gradmon.alerts.events import Alert, format_number
-from keras_gradmon.tag_parsing import GLOBAL
+from keras_gradmon.alerts.events import Alert
+from keras_gradmon.columns import GLOBAL
+from keras_gradmon.formatting import format_number
 
 
 class RunningLevel:
@@ -191,9 +192,9 @@ class GrowthRule(Rule):
         metric: str | None = None,
     ) -> None:
         super().__init__(subjects=subjects, hint=hint, metric=metric)
-        self.factor = _validation.greater_than_one("factor", factor)
-        self.window = _validation.positive_int("window", window)
-        self.warmup = _validation.positive_int("warmup", warmup)
+        self.factor = validation.greater_than_one("factor", factor)
+        self.window = validation.positive_int("window", window)
+        self.warmup = validation.positive_int("warmup", warmup)
         self._levels: dict[str, RunningLevel] = {}
 
     def reset(self) -> None:
@@ -314,11 +315,11 @@ class SpikeRule(Rule):
         metric: str | None = None,
     ) -> None:
         super().__init__(subjects=subjects, hint=hint, metric=metric)
-        self.min_samples = _validation.positive_int("min_samples", min_samples)
-        self.z_threshold = _validation.positive_finite("z_threshold", z_threshold)
-        self.window = _validation.positive_int("window", window)
-        self.warmup = _validation.positive_int("warmup", warmup)
-        self.min_log_std = _validation.positive_finite("min_log_std", min_log_std)
+        self.min_samples = validation.positive_int("min_samples", min_samples)
+        self.z_threshold = validation.positive_finite("z_threshold", z_threshold)
+        self.window = validation.positive_int("window", window)
+        self.warmup = validation.positive_int("warmup", warmup)
+        self.min_log_std = validation.positive_finite("min_log_std", min_log_std)
         self._levels: dict[str, RunningLevel] = {}
 
     def reset(self) -> None:

@@ -1,6 +1,6 @@
 """What differs between Keras backends, in one small module per framework.
 
-The statistics kernel (`keras_gradmon.stats`) is written in `keras.ops`;
+The statistics kernel (`keras_gradmon.core.batched`) is written in `keras.ops`;
 what `keras.ops` cannot say the same way on every backend lives here: a
 conditional whose untaken branch costs nothing, densifying and sizing the
 inputs (TensorFlow's `tf.IndexedSlices` and shapes known only at run time),
@@ -244,7 +244,7 @@ def unconverted(function: Callable[..., Any]) -> Callable[..., Any]:
     """
     if keras.backend.backend() != "tensorflow":
         return function
-    from keras_gradmon.backend.tensorflow.graph import unconverted as on_tensorflow
+    from keras_gradmon.backend.tensorflow import unconverted as on_tensorflow
 
     return on_tensorflow(function)
 

@@ -7,8 +7,11 @@ from typing import Any
 
 import keras
 
-from keras_gradmon.activations.monitor import ActivationMonitor, ActivationOptions
-from keras_gradmon.alerts import Alert
+from keras_gradmon.activations.monitor import (
+    ActivationMonitor,
+    ActivationOptions,
+)
+from keras_gradmon.alerts.events import Alert
 from keras_gradmon.callbacks.steps import StepTracker, live_optimizer_step
 from keras_gradmon.hub import Hub, check_hub
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import keras
 
-from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.delivery import Action, AlertChecker, alerting
+from keras_gradmon.alerts.events import Alert
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
 from keras_gradmon.callbacks.dispatch import BatchReads
 from keras_gradmon.callbacks.steps import (

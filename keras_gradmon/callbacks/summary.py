@@ -15,12 +15,12 @@ from keras_gradmon.callbacks.steps import (
     monitored_optimizer,
     optimizer_step,
 )
+from keras_gradmon.columns import GLOBAL, tag
 from keras_gradmon.hub import Hub, check_hub, check_recorders
 from keras_gradmon.recorders.base import Recorder
 from keras_gradmon.recorders.keras_logs import KerasLogsRecorder
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 from keras_gradmon.recorders.writer import MonitorWriter
-from keras_gradmon.tags import GLOBAL, tag
 
 
 class GradientSummaryCallback(BatchReads, keras.callbacks.Callback):

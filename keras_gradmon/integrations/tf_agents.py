@@ -25,7 +25,11 @@ import tensorflow as tf
 
 from keras_gradmon.adapters import wrap
 from keras_gradmon.adapters.base import MonitoredOptimizer, find_monitor
-from keras_gradmon.adapters.stepped import StepAdapter, check_int64_step, measuring
+from keras_gradmon.adapters.stepped import (
+    StepAdapter,
+    check_int64_step,
+    measuring,
+)
 
 #: The constructor arguments through which tf-agents' agents take
 #: optimizers, and the tag scope each gets when an agent takes several.

@@ -22,8 +22,8 @@ import weakref
 from collections.abc import Hashable
 from typing import Any
 
+from keras_gradmon.columns import GLOBAL, tag
 from keras_gradmon.naming import derived_scope, describe_paths
-from keras_gradmon.tags import GLOBAL, tag
 
 logger = logging.getLogger("keras_gradmon")
 

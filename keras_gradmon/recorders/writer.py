@@ -7,17 +7,17 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from keras_gradmon.history import Cursor, Entry, latest_entry, unpack
+from keras_gradmon.columns import tag
+from keras_gradmon.core.histogram import histogram_rows
+from keras_gradmon.core.state import Cursor, Entry, latest_entry, unpack
 from keras_gradmon.hub import GRADIENTS, Hub, Publication, chief_writes
 from keras_gradmon.recorders import claims
 from keras_gradmon.recorders.base import Recorder
-from keras_gradmon.recorders.buckets import histogram_rows
 from keras_gradmon.recorders.worker import Worker
-from keras_gradmon.tags import tag
 
 if TYPE_CHECKING:
-    from keras_gradmon.monitor import GradientMonitor
-    from keras_gradmon.state import HistogramSnapshot, Snapshot
+    from keras_gradmon.columns import HistogramSnapshot, Snapshot
+    from keras_gradmon.core.monitor import GradientMonitor
 
 logger = logging.getLogger("keras_gradmon")
 
@@ -45,7 +45,7 @@ class MonitorWriter:
 
     `capture()` is what the training thread calls after a step that may
     have recorded: a few raw variable reads of the monitor's rings of
-    recent summaries (`keras_gradmon.history`), no wait for the device.
+    recent summaries (`keras_gradmon.core.state`), no wait for the device.
     With `asynchronous=True` a worker thread then reads the numbers, builds
     the tags and writes every summary recorded since the last capture, in
     step order; its queue is bounded (`capture` waits when it is full:

@@ -47,14 +47,19 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from keras_gradmon import defaults
-from keras_gradmon.alerts import TIERS
-from keras_gradmon.alerts.events import format_number
+from keras_gradmon.alerts.events import TIERS
 from keras_gradmon.alerts.rules import HIGH, LOW, steps_covered
+from keras_gradmon.columns import (
+    GLOBAL,
+    monitor_scopes,
+    tag,
+    variable_statistic,
+)
+from keras_gradmon.formatting import format_number
 from keras_gradmon.report.events import Run
 from keras_gradmon.report.rl import group_key
 from keras_gradmon.report.timeline import Timeline, alert_timeline
 from keras_gradmon.rl.tags import is_rl_alert_scope
-from keras_gradmon.tags import GLOBAL, monitor_scopes, tag, variable_statistic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +73,7 @@ class Finding:
 
 def prefix(statistic: str, scope: str | None) -> str:
     """The start of the tags of `statistic` under `scope` (the tag scheme of
-    `keras_gradmon.tags`)."""
+    `keras_gradmon.columns`)."""
     return tag(statistic, "", scope)
 
 
@@ -546,7 +551,7 @@ def group_signals(reports: list[RunReport], pattern: str) -> list[SignalGroup]:
 
 
 #: The tags of steps lost to the monitor's history buffer (`summary_history`):
-#: `dropped/<kind>`, `dropped/<scope>/<kind>` (see `keras_gradmon.tags`),
+#: `dropped/<kind>`, `dropped/<scope>/<kind>` (see `keras_gradmon.columns`),
 #: cumulative counts.
 DROPPED = "dropped"
 SUMMARIES, HISTOGRAMS = "summaries", "histograms"

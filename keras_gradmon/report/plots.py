@@ -14,7 +14,12 @@ import numpy as np
 
 from keras_gradmon.alerts.incidents import Incident, Key, incident_key
 from keras_gradmon.report.analysis import RunReport
-from keras_gradmon.report.rl import EVAL_RETURN, FINAL_RETURN, GroupSummary, RLReport
+from keras_gradmon.report.rl import (
+    EVAL_RETURN,
+    FINAL_RETURN,
+    GroupSummary,
+    RLReport,
+)
 from keras_gradmon.report.timeline import Timeline
 
 _TIER_COLORS = {"warning": "#e69f00", "critical": "#d62728"}

@@ -13,7 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from keras_gradmon.alerts.events import Alert
-from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, Incident, group_alerts
+from keras_gradmon.alerts.incidents import (
+    DEFAULT_FOLD_STEPS,
+    Incident,
+    group_alerts,
+)
 from keras_gradmon.formatting import format_number
 
 #: The columns of the timeline table (text and HTML).

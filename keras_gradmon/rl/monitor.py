@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from keras_gradmon import _validation, defaults
-from keras_gradmon.alerts import Alert, AlertEngine, RateLimiter
+from keras_gradmon import defaults, validation
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.delivery import (
     Action,
@@ -35,9 +34,10 @@ from keras_gradmon.alerts.delivery import (
     AlertRunner,
     validate_actions,
 )
+from keras_gradmon.alerts.engine import AlertEngine, RateLimiter
+from keras_gradmon.alerts.events import Alert
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
 from keras_gradmon.hub import RL, Hub, Publication, recording_hub
-from keras_gradmon.options import with_overrides
 from keras_gradmon.rl import rules as R
 from keras_gradmon.rl.rules import (
     alert_metrics,
@@ -50,6 +50,7 @@ from keras_gradmon.rl.rules import (
 )
 from keras_gradmon.rl.tags import alert_scope, rl_tag
 from keras_gradmon.schedule import Frequency, Schedule
+from keras_gradmon.validation import with_overrides
 
 if TYPE_CHECKING:
     from keras_gradmon.rl.probes import ValueFn
@@ -107,16 +108,16 @@ env_batch_size=0
     train_fn: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
-        _validation.positive_int("env_batch_size", self.env_batch_size)
+        validation.positive_int("env_batch_size", self.env_batch_size)
         self.schedule()
-        _validation.positive_int("window", self.window)
+        validation.positive_int("window", self.window)
         if not isinstance(self.kl, bool):
             raise ValueError(f"`kl` must be True or False. Received: kl={self.kl!r}")
-        optional("tag_scope", self.tag_scope, _validation.non_empty_string)
-        optional("train_batch_size", self.train_batch_size, _validation.positive_int)
+        optional("tag_scope", self.tag_scope, validation.non_empty_string)
+        optional("train_batch_size", self.train_batch_size, validation.positive_int)
         optional("train_fn", self.train_fn, callable_or_none)
         optional("value_fn", self.value_fn, callable_or_none)
-        optional("jsonl_path", self.jsonl_path, _validation.string)
+        optional("jsonl_path", self.jsonl_path, validation.string)
         validate_actions(self.actions)
         IncidentLog(self.fold_steps)  # validates `fold_steps`, as the checkers
         check_window(self.window, self.engine().rules.values())

@@ -13,7 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_gradmon import _validation
+from keras_gradmon import validation
 
 # Columns of the per-environment accumulator: the current episode's return,
 # discounted return and length, and the environment's counted steps and
@@ -25,9 +25,9 @@ _LAST = 2  # ts.StepType.LAST
 
 
 def _check(batch_size: Any, window: Any, discount: Any, threshold: Any) -> None:
-    _validation.positive_int("batch_size", batch_size)
-    _validation.positive_int("window", window)
-    _validation.in_closed_range("discount", discount, 0.0, 1.0)
+    validation.positive_int("batch_size", batch_size)
+    validation.positive_int("window", window)
+    validation.in_closed_range("discount", discount, 0.0, 1.0)
     if threshold is not None and not (
         isinstance(threshold, (int, float))
         and not isinstance(threshold, bool)

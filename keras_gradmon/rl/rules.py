@@ -31,9 +31,10 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from keras_gradmon import _validation
+from keras_gradmon import validation
 from keras_gradmon.alerts.base import Rule
-from keras_gradmon.alerts.events import Alert, format_number
+from keras_gradmon.alerts.events import Alert
+from keras_gradmon.formatting import format_number
 
 
 class Streaks:
@@ -55,8 +56,8 @@ class Streaks:
     """
 
     def __init__(self, patience: int, steps: int = 0) -> None:
-        self.patience = _validation.positive_int("patience", patience)
-        self.steps = _validation.non_negative_int("steps", steps)
+        self.patience = validation.positive_int("patience", patience)
+        self.steps = validation.non_negative_int("steps", steps)
         self._runs: dict[str, tuple[int, int]] = {}
 
     def extend(self, subject: str, step: int) -> bool:
@@ -169,7 +170,7 @@ class LowIntensityRule(StreakRule):
         self, minimum: float = 1.0, patience: int = 2, steps: int = 0
     ) -> None:
         super().__init__(patience, steps)
-        self.minimum = _validation.positive_finite("minimum", minimum)
+        self.minimum = validation.positive_finite("minimum", minimum)
 
     @property
     def limit(self) -> float:
@@ -219,7 +220,7 @@ class ReturnCollapseRule(Rule):
         subjects: str | None = None,
     ) -> None:
         super().__init__(subjects=subjects)
-        self.drop = _validation.open_unit_interval("drop", drop)
+        self.drop = validation.open_unit_interval("drop", drop)
         if not isinstance(baseline, (int, float)) or isinstance(baseline, bool):
             raise ValueError(
                 f"`baseline` must be a number. Received: baseline={baseline!r}"
@@ -305,8 +306,8 @@ class ThroughputDropRule(Rule):
         self, drop: float = 0.5, history: int = 5, patience: int = 2, steps: int = 0
     ) -> None:
         super().__init__()
-        self.drop = _validation.open_unit_interval("drop", drop)
-        self.history = _validation.positive_int("history", history)
+        self.drop = validation.open_unit_interval("drop", drop)
+        self.history = validation.positive_int("history", history)
         self.slow = Streaks(patience, steps)
         self._normal: dict[str, deque[float]] = {}
 
@@ -383,8 +384,8 @@ class EntropyCollapseRule(Rule):
 
     def __init__(self, fraction: float = 0.25, window: int = 10_000) -> None:
         super().__init__()
-        self.fraction = _validation.open_unit_interval("fraction", fraction)
-        self.window = _validation.positive_int("window", window)
+        self.fraction = validation.open_unit_interval("fraction", fraction)
+        self.window = validation.positive_int("window", window)
         self._seen: dict[str, deque[tuple[int, float]]] = {}
 
     def reset(self) -> None:
@@ -452,7 +453,7 @@ class OverestimationRule(StreakRule):
         self, ratio: float = 2.0, patience: int = 3, steps: int = 0
     ) -> None:
         super().__init__(patience, steps)
-        self.ratio = _validation.greater_than_one("ratio", ratio)
+        self.ratio = validation.greater_than_one("ratio", ratio)
 
     @property
     def limit(self) -> float:

@@ -66,9 +66,9 @@ _PARSE = re.compile(
 
 def rl_tag(name: str, scope: str | None = None) -> str:
     """The tag of RL signal `name` (`<group>/<name>`), under `scope`: the
-    library's tag scheme, `keras_gradmon.tags.tag("rl", name, scope)`
+    library's tag scheme, `keras_gradmon.columns.tag("rl", name, scope)`
     (imported here, so that the report, which only parses, stays light)."""
-    from keras_gradmon.tags import tag
+    from keras_gradmon.columns import tag
 
     return tag(RL, name, scope)
 

@@ -11,7 +11,7 @@ import pickle
 import numpy as np
 import pytest
 
-from keras_gradmon.state import COLUMNS
+from keras_gradmon.columns import COLUMNS
 from tests.agents.mirrored_runner import CLIP, STEPS
 from tests.distribute import process
 from tests.reference import (

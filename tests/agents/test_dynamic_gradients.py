@@ -9,8 +9,7 @@ import pytest
 import tensorflow as tf
 
 import keras_gradmon
-from keras_gradmon.state import COLUMNS
-from keras_gradmon.stats import STATISTICS
+from keras_gradmon.columns import COLUMNS, STATISTICS
 from tests.reference import reference_statistics
 
 _IDS = np.array([[1, 1, 3, 0], [1, 3, 1, 7]], "int32")

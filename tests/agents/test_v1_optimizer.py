@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import keras_gradmon
 from keras_gradmon.adapters.tf_v1 import V1GradientMonitorOptimizer
-from keras_gradmon.state import COLUMNS
+from keras_gradmon.columns import COLUMNS
 from tests.conftest import compile_fn
 from tests.reference import (
     assert_statistics_close,

@@ -7,8 +7,7 @@ import numpy as np
 from keras import ops
 
 from keras_gradmon import backend
-from keras_gradmon.clipping import GlobalNorm
-from keras_gradmon.clipping.base import wide_int
+from keras_gradmon.core.clipping.base import GlobalNorm, wide_int
 from tests.conftest import compile_fn
 
 

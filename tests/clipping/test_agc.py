@@ -4,8 +4,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_gradmon.clipping import AdaptiveGradientClip
-from keras_gradmon.clipping.agc import unitwise_axes
+from keras_gradmon.core.clipping.agc import AdaptiveGradientClip, unitwise_axes
 from tests.clipping import _reference as ref
 
 # Dense kernel [in, out], bias, Conv2D kernel HWIO, scalar, one-unit kernels,

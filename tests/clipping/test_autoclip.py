@@ -4,7 +4,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_gradmon.clipping import AutoClip
+from keras_gradmon.core.clipping.autoclip import AutoClip
 from tests.clipping import _reference as ref
 from tests.conftest import compile_fn
 

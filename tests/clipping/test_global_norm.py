@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from keras_gradmon.clipping import GlobalNormClip
+from keras_gradmon.core.clipping.global_norm import GlobalNormClip
 from tests.clipping import _reference as ref
 from tests.conftest import compile_fn
 
@@ -121,7 +121,7 @@ def test_half_precision_is_scaled_in_float32(mode):
 
 
 def test_scale_by_global_norm_keeps_bits_when_not_clipping(mode):
-    from keras_gradmon.clipping import scale_by_global_norm
+    from keras_gradmon.core.clipping.base import scale_by_global_norm
 
     x = tf.constant([1.0, 2.0, 3.0], tf.bfloat16)
     fn = compile_fn(

@@ -4,15 +4,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_gradmon.clipping import (
-    AdaptiveGradientClip,
-    AutoClip,
-    ClipRule,
-    GlobalNormClip,
-    ZClip,
-    make_clip_rule,
-    rule_params,
-)
+from keras_gradmon.core.clipping import make_clip_rule, rule_params
+from keras_gradmon.core.clipping.agc import AdaptiveGradientClip
+from keras_gradmon.core.clipping.autoclip import AutoClip
+from keras_gradmon.core.clipping.base import ClipRule
+from keras_gradmon.core.clipping.global_norm import GlobalNormClip
+from keras_gradmon.core.clipping.zclip import ZClip
 from tests.clipping import _reference as ref
 
 RULES = [

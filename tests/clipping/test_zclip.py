@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_gradmon.clipping import ZClip
+from keras_gradmon.core.clipping.zclip import ZClip
 from tests.clipping import _reference as ref
 from tests.conftest import compile_fn
 

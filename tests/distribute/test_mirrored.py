@@ -11,7 +11,7 @@ import pickle
 import numpy as np
 import pytest
 
-from keras_gradmon.state import COLUMNS
+from keras_gradmon.columns import COLUMNS
 from tests.distribute import process
 from tests.distribute.numpy_mlp import global_norm, mlp_gradients
 from tests.distribute.runner import CLIP, MIXED_SCALE
@@ -161,7 +161,7 @@ def test_mixed_float16_counts_the_loss_scalers_skips(runs):
 def test_strategy_helpers_outside_a_strategy():
     import tensorflow as tf
 
-    from keras_gradmon.backend.tensorflow import distribute
+    from keras_gradmon.backend import distribute
 
     grads = [tf.constant([1.0]), None]
     assert all(a is b for a, b in zip(distribute.all_reduce_sum(grads), grads))

@@ -10,14 +10,11 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_gradmon.clipping import (
-    AdaptiveGradientClip,
-    AutoClip,
-    GlobalNormClip,
-    ZClip,
-    global_norm_of,
-)
-from keras_gradmon.clipping.base import wide_int
+from keras_gradmon.core.clipping.agc import AdaptiveGradientClip
+from keras_gradmon.core.clipping.autoclip import AutoClip
+from keras_gradmon.core.clipping.base import global_norm_of, wide_int
+from keras_gradmon.core.clipping.global_norm import GlobalNormClip
+from keras_gradmon.core.clipping.zclip import ZClip
 from tests.clipping import _reference as ref
 from tests.jax.processes import run_python
 from tests.jax.test_no_tensorflow import _BLOCKED
@@ -182,7 +179,7 @@ def test_norm_past_float32_max_is_clipped_by_its_true_value():
 
 _CLIP = """
 import jax, jax.numpy as jnp, sys
-from keras_gradmon.clipping import global_norm_of, make_clip_rule
+from keras_gradmon.core.clipping import global_norm_of, make_clip_rule
 for name in ["global_norm", "autoclip", "zclip", "agc"]:
     rule = make_clip_rule(name, **({"max_norm": 1.0} if name == "global_norm" else {}))
     state = {k: jnp.zeros(s, "int32" if d == "int64" else d)

@@ -37,7 +37,7 @@ class Blocker(importlib.abc.MetaPathFinder):
             raise ImportError("tensorflow is blocked")
 sys.meta_path.insert(0, Blocker())
 import jax
-from keras_gradmon.signals.noise_scale import from_option
+from keras_gradmon.core.noise_scale import from_option
 rule = from_option({"batch_size": 8})
 state = jax.jit(rule.update)(rule.initial_state(), 3.0, 1.5, 4)
 print(float(jax.jit(rule.totals)(state)["b_simple"]), "tensorflow" in sys.modules)

@@ -9,8 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from keras_gradmon.schema import COLUMNS, Layout
-from keras_gradmon.snapshots import Snapshot
+from keras_gradmon.columns import COLUMNS, Layout, Snapshot
 from tests.jax.monitor_side import run, scenario
 from tests.jax.processes import run_python
 

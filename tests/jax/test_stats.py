@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from keras import ops
 
-from keras_gradmon import stats
-from keras_gradmon.schema import STATISTICS
-from keras_gradmon.stats import registry
+from keras_gradmon.columns import STATISTICS
+from keras_gradmon.core import batched as stats
+from keras_gradmon.core import statistics as registry
 from tests.jax.cases import BUCKETS, NORM_CASES, as_dtype, held, statistic_cases
 from tests.jax.processes import run_python
 from tests.reference import (

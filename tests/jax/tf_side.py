@@ -13,7 +13,7 @@ def main(source: str, target: str) -> None:
     """Computes what `test_stats.compute` does, on TensorFlow, eagerly."""
     from keras import ops
 
-    from keras_gradmon import stats
+    from keras_gradmon.core import batched as stats
     from tests.jax.cases import BUCKETS, NORM_CASES, as_dtype
 
     with np.load(source) as data:

@@ -6,7 +6,7 @@ steps) are shown per run and per scope, with the hint to raise
 from __future__ import annotations
 
 from keras_gradmon.cli import main
-from keras_gradmon.tags import tag
+from keras_gradmon.columns import tag
 from tests.report.writers import norms, write_tensor_scalars
 
 STEPS = range(0, 50, 10)

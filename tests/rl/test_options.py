@@ -9,9 +9,9 @@ import pytest
 from keras_gradmon import defaults
 from keras_gradmon.alerts.delivery import alerting
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
-from keras_gradmon.options import UnknownOptionError, with_overrides
 from keras_gradmon.rl.monitor import RLOptions
 from keras_gradmon.rl.rules import MIN_EPISODES, LowIntensityRule, ReturnCollapseRule
+from keras_gradmon.validation import UnknownOptionError, with_overrides
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Checks of `keras_gradmon.signals.noise_scale` shared by the TensorFlow
+"""Checks of `keras_gradmon.core.noise_scale` shared by the TensorFlow
 process (tests/signals) and the JAX one (tests/jax): each takes `compiled`,
 which turns a function into its compiled form (`tf.function`, with or
 without XLA, or `jax.jit`), and imports no framework itself."""
@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 from keras import ops
 
-from keras_gradmon.signals.noise_scale import TOTALS, NoiseScale, estimates
+from keras_gradmon.core.noise_scale import TOTALS, NoiseScale, estimates
 from tests.signals.linear_regression import LinearRegression
 from tests.signals.reference import ReferenceNoiseScale, reference_estimates
 

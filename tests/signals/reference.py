@@ -1,4 +1,4 @@
-"""NumPy float64 reference of `keras_gradmon.signals.noise_scale`, written
+"""NumPy float64 reference of `keras_gradmon.core.noise_scale`, written
 from the paper's formulas (McCandlish et al. 2018, appendix A.1) with
 B_small = b and B_big = k b, independently of the module's algebra."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keras_gradmon.signals.noise_scale import NoiseScale, from_option
+from keras_gradmon.core.noise_scale import NoiseScale, from_option
 from tests.conftest import compile_fn
 from tests.signals import noise_checks
 from tests.signals.linear_regression import LinearRegression, empirical_b_simple

@@ -9,10 +9,15 @@ import pytest
 import tensorflow as tf
 from hypothesis import given, settings
 
-from keras_gradmon.stats import STATISTICS, bucket_counts
-from keras_gradmon.stats.batched import batched_bucket_counts, batched_statistics
-from keras_gradmon.stats.layout import dynamic_layout, static_layout
-from keras_gradmon.stats.norms import batched_global_norm
+from keras_gradmon.backend.tensorflow import dynamic_layout
+from keras_gradmon.columns import STATISTICS
+from keras_gradmon.core.batched import (
+    batched_bucket_counts,
+    batched_statistics,
+    static_layout,
+)
+from keras_gradmon.core.histogram import bucket_counts
+from keras_gradmon.core.norms import batched_global_norm
 from tests.reference import (
     assert_statistics_close,
     reference_histogram,

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from keras_gradmon.stats import bucket_counts
+from keras_gradmon.core.histogram import bucket_counts
 from tests.conftest import compile_fn
 from tests.reference import flush_subnormals, reference_histogram
 

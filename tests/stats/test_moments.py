@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from keras_gradmon.stats import STATISTICS, stack_statistics, tensor_statistics
+from keras_gradmon.columns import STATISTICS
+from keras_gradmon.core.batched import stack_statistics, tensor_statistics
 from tests.conftest import compile_fn
 from tests.reference import (
     assert_statistics_close,

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_gradmon.schema import STATISTICS
-from keras_gradmon.stats import batched_statistics, registry, tensor_statistics
-from keras_gradmon.stats.statistic import Statistic
+from keras_gradmon.columns import STATISTICS
+from keras_gradmon.core import statistics as registry
+from keras_gradmon.core.batched import batched_statistics, tensor_statistics
+from keras_gradmon.core.statistics import Statistic
 from tests.conftest import compile_fn
 from tests.reference import (
     assert_rows_close,

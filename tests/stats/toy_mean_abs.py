@@ -5,7 +5,7 @@ the finite elements, from the sum of |x| the shared pass takes for it (its
 import numpy as np
 from keras import ops
 
-from keras_gradmon.stats.statistic import Statistic
+from keras_gradmon.core.statistics import Statistic
 
 STATISTIC = Statistic(
     name="mean_abs",

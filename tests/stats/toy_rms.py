@@ -1,12 +1,11 @@
 """A test-only statistic, written as a module of
-`keras_gradmon.stats.statistics` is: the root mean square of the finite
+`keras_gradmon.core.statistics` is: the root mean square of the finite
 elements, from the shared pass's sum of squares, with a careful path (so
 values whose squares overflow float32 are right)."""
 
 import numpy as np
 
-from keras_gradmon.stats.statistic import Statistic
-from keras_gradmon.stats.statistics import norm
+from keras_gradmon.core.statistics import NORM, Statistic
 
 
 def _reference(values: np.ndarray, finite: np.ndarray) -> float:
@@ -17,7 +16,7 @@ STATISTIC = Statistic(
     name="rms",
     needs={"sq"},
     fast=lambda r: (r.sum_of_squares / r.n) ** 0.5,
-    untrusted=norm.STATISTIC.untrusted,  # the same lost squares as the norm's
+    untrusted=NORM.untrusted,  # the same lost squares as the norm's
     careful=lambda c: c.scale * (c.sq / c.n) ** 0.5,
     reference=_reference,
     empty=float("nan"),

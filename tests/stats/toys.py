@@ -1,13 +1,13 @@
 """The test-only statistics `toy_rms` and `toy_mean_abs` (each one module,
-as those of `keras_gradmon.stats.statistics` are), registered for a test, and
+as those of `keras_gradmon.core.statistics` are), registered for a test, and
 the check of their batched rows: shared by the TensorFlow and JAX tests."""
 
 import contextlib
 
 import numpy as np
 
-from keras_gradmon.schema import STATISTICS
-from keras_gradmon.stats import registry
+from keras_gradmon.columns import STATISTICS
+from keras_gradmon.core import statistics as registry
 from tests.reference import assert_rows_close
 from tests.stats import toy_mean_abs, toy_rms
 

@@ -10,8 +10,7 @@ import pytest
 import keras_gradmon
 from keras_gradmon.hub import Hub
 from keras_gradmon.recorders.writer import MonitorWriter
-from keras_gradmon.rl import RLHealthMonitor
-from keras_gradmon.rl.monitor import RLOptions
+from keras_gradmon.rl.monitor import RLHealthMonitor, RLOptions
 from tests.activations.models import reference_statistics
 from tests.agents.helpers import loss_gradients, make_agent, make_batch
 from tests.test_hub import CsvRecorder, read_csv

@@ -11,7 +11,7 @@ import pytest
 from tensorboard.util import tensor_util
 from tf_agents.utils import common
 
-from keras_gradmon.rl import RLHealthMonitor
+from keras_gradmon.rl.monitor import RLHealthMonitor
 from keras_gradmon.rl.rules import OverestimationRule, default_rl_rules
 from tests.agents.rl.helpers import BATCH, chain_dqn, collect
 from tests.reference import load_events, scalar_series

@@ -12,7 +12,7 @@ import tensorflow as tf
 from tf_agents.utils import common
 
 from keras_gradmon.cli import EXIT_ALERTS, main
-from keras_gradmon.rl import RLHealthMonitor
+from keras_gradmon.rl.monitor import RLHealthMonitor
 from keras_gradmon.rl.rules import OverestimationRule, default_rl_rules
 from tests.agents.rl.envs import ChainEnv, completed_episodes
 from tests.agents.rl.helpers import (

@@ -11,7 +11,7 @@ from tf_agents.environments import batched_py_environment, tf_py_environment
 from tf_agents.policies import random_tf_policy
 from tf_agents.utils import common
 
-from keras_gradmon.rl import EpisodeObserver
+from keras_gradmon.rl.observer import EpisodeObserver
 from tests.agents.rl.envs import (
     ChainEnv,
     boundary_steps,

@@ -17,7 +17,7 @@ from tf_agents.networks import actor_distribution_network, value_network
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.utils import common
 
-from keras_gradmon.rl import RLHealthMonitor
+from keras_gradmon.rl.monitor import RLHealthMonitor
 from tests.agents.rl.envs import ChainEnv
 
 STEPS = 24

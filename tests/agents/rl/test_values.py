@@ -21,8 +21,7 @@ from tf_agents.networks import (
 from tf_agents.specs import tensor_spec
 from tf_agents.utils import common
 
-from keras_gradmon.rl import value_function
-from keras_gradmon.rl.probes import PolicyProbe, discount_of, time_steps
+from keras_gradmon.rl.probes import PolicyProbe, discount_of, time_steps, value_function
 from tests.agents.rl.envs import ChainEnv
 
 OBSERVATIONS = np.array(
@@ -148,6 +147,6 @@ def test_other_agents_have_no_value_estimate():
     )
     assert value_function(agent) is None
     with pytest.raises(ValueError, match=r"`agent` must be a tf-agents agent"):
-        from keras_gradmon.rl import RLHealthMonitor
+        from keras_gradmon.rl.monitor import RLHealthMonitor
 
         RLHealthMonitor(object())

@@ -1,0 +1,587 @@
+"""The summary row, without a framework: what a monitor records (the
+statistics, the step-wide totals, the per-variable columns), where each
+number sits in the flat row (`Layout`), the tag each is written under
+(`TagTable`), how tags are read back (`parse`), and a row read back on the
+host (`Snapshot`, `HistogramSnapshot`). The state, the writers, the alert
+rules and the report all read it; nothing here imports a framework.
+
+What a monitor records, without TensorFlow: the statistic names, the
+step-wide totals, the columns of the per-variable matrices and the `Layout`
+of the flat vector every scalar of a summary lives in. Config, tags, the
+state and the report read it; nothing here imports a framework.
+
+Example:
+
+>>> Layout(num_variables=2, num_groups=1, weights=False).size
+38
+
+Reading tags back (the report's side of `keras_gradmon.columns`): split a
+tag into statistic, scope and subject, find the monitors' scopes among a
+run's tags. No TensorFlow import: the report starts without it.
+
+The TensorBoard tag scheme: the one table of what a monitor writes, and the
+parser that reads its tags back (for the report).
+
+Tags put the statistic first so that TensorBoard groups cards by statistic:
+`grad_norm/global`, `grad_norm/<group>`, `grad_<stat>/<variable path>`,
+`weight_<stat>/...`, `grad_to_weight/<path>`, `clip/pre_norm`,
+`skipped/steps`, `loss_scale/scale`, `grad_hist/<path>`, `weight_hist/<path>`
+(see docs/tags.md). With a tag scope every tag becomes
+`<statistic>/<scope>/<subject>`.
+
+`TagTable.build` makes the table once, when the monitor is built: each scalar
+tag with its index in the flat vector of `MonitorState` (see
+`keras_gradmon.core.state.Layout`). Host recorders index the vector they read;
+the in-graph writer gathers from the same indices.
+
+What the host reads back: one summary's scalars (`Snapshot`) and one
+histogram step's bucket counts (`HistogramSnapshot`), as NumPy data.
+
+Example:
+
+>>> from keras_gradmon.columns import Layout
+>>> layout = Layout(num_variables=1, num_groups=0, weights=False)
+>>> snapshot = Snapshot.of_captured(3, np.zeros(layout.size), ["w"], [], layout)
+>>> snapshot.step, snapshot.totals["grad_norm"]
+(3, 0.0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from keras_gradmon.core.config import MonitorConfig
+    from keras_gradmon.core.monitor import GradientMonitor
+
+
+#: The statistics computed for every tensor, in storage order. Each is one
+#: module, `keras_gradmon/stats/statistics/<name>.py`: the reductions it
+#: needs, how they finish into its value, its careful path and its NumPy
+#: reference (`keras_gradmon.core.statistics` loads it by this name). Named
+#: here, without a framework, for the config, the tags, the state's columns
+#: and the report.
+STATISTICS: tuple[str, ...] = (
+    "norm",
+    "mean",
+    "std",
+    "min",
+    "max",
+    "max_abs",
+    "zero_fraction",
+    "nonfinite",
+)
+
+#: Columns of the per-variable matrices: the statistics, then whether the
+#: variable had a gradient at that step (1.0) or not (0.0).
+COLUMNS: tuple[str, ...] = (*STATISTICS, "present")
+
+#: The step-wide scalars of a summary, in storage order.
+TOTALS: tuple[str, ...] = (
+    "grad_norm",  # L2 norm of all (finite) gradient elements
+    "weight_norm",  # L2 norm of all weights
+    "grad_nonfinite",  # number of NaN/Inf gradient elements
+    "grad_missing",  # number of variables whose gradient was None
+    "clip_pre_norm",  # global norm before clipping (NaN/Inf included)
+    "clip_post_norm",  # global norm after clipping
+    "clip_scale",  # post / pre norm (1 when the pre norm is 0)
+    "clip_fraction",  # fraction of steps clipped since the previous summary
+    "skipped_steps",  # steps skipped so far (skip_nonfinite or a loss scaler)
+    "loss_scale",  # a wrapped loss scaler's scale (else NaN)
+    "spike_max_norm",  # largest global norm since the previous summary
+    "spike_min_norm",  # smallest global norm since the previous summary
+    "spike_max_step",  # the step of the largest
+    "spike_skipped",  # steps skipped as spikes so far (skip_spikes)
+    "noise_batch_ratio",  # B_simple / the batch of the update
+    "noise_b_simple",  # B_simple in examples (with the batch size given)
+    "noise_grad_sq",  # EMA of the unbiased |G|^2 estimate
+    "noise_trace",  # EMA of the unbiased tr(Sigma) estimate
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The shapes of the monitor's state, and where each scalar field sits in
+    the flat vector of all scalars.
+
+    Example:
+
+    >>> layout = Layout(num_variables=2, num_groups=1, weights=False)
+    >>> layout.offset("grad"), layout.size
+    (20, 38)
+    """
+
+    num_variables: int
+    num_groups: int
+    weights: bool
+    buckets: int | None = None
+    history: int = 1
+    #: Whether the update/weight ratios are recorded (the `update` field).
+    updates: bool = False
+
+    def scalar_fields(self) -> list[tuple[str, tuple[int, ...]]]:
+        """`(field, shape)` of each scalar field, in flat-vector order."""
+        width = len(COLUMNS)
+        fields = [
+            ("totals", (len(TOTALS),)),
+            ("groups", (self.num_groups, 2)),
+            ("grad", (self.num_variables, width)),
+        ]
+        if self.weights:
+            fields += [
+                ("weight", (self.num_variables, width)),
+                ("ratio", (self.num_variables,)),
+            ]
+        if self.updates:
+            # The update/weight ratios: each variable's, each group's, the
+            # global one.
+            size = self.num_variables + self.num_groups + 1
+            fields.append(("update", (size,)))
+        return fields
+
+    def offset(self, field: str) -> int:
+        """Where `field` starts in the flat vector."""
+        start = 0
+        for name, shape in self.scalar_fields():
+            if name == field:
+                return start
+            start += int(np.prod(shape))
+        raise KeyError(f"No scalar field {field!r} in this layout.")
+
+    @property
+    def size(self) -> int:
+        """The length of the flat vector."""
+        return sum(int(np.prod(shape)) for _, shape in self.scalar_fields())
+
+
+GLOBAL = "global"
+
+
+def variable_statistic(statistic: str) -> bool:
+    """Whether every subject of `statistic` is a variable path (per-variable
+    statistics other than the norm and the non-finite count, which have
+    global and group subjects too).
+
+    Example:
+
+    >>> variable_statistic("grad_std"), variable_statistic("grad_norm")
+    (True, False)
+    """
+    if statistic in ("grad_to_weight", "grad_hist", "weight_hist"):
+        return True
+    kind, _, name = statistic.partition("_")
+    return kind in ("grad", "weight") and name not in (
+        "",
+        "norm",
+        "nonfinite",
+        "missing",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedTag:
+    """A tag split into its parts."""
+
+    statistic: str
+    scope: str | None
+    subject: str
+
+
+def parse(name: str, scopes: Collection[str] = ()) -> ParsedTag:
+    """Splits a tag into statistic, scope (one of `scopes`, or None) and
+    subject. Variable paths hold '/' too, so the scopes must be known.
+
+    Example:
+
+    >>> parse("grad_norm/actor/dense/kernel", scopes={"actor"})
+    ParsedTag(statistic='grad_norm', scope='actor', subject='dense/kernel')
+    >>> parse("grad_norm/dense/kernel").scope is None
+    True
+    """
+    statistic, _, rest = name.partition("/")
+    for scope in sorted(scopes, key=len, reverse=True):
+        if rest.startswith(f"{scope}/"):
+            return ParsedTag(statistic, scope, rest[len(scope) + 1 :])
+    return ParsedTag(statistic, None, rest)
+
+
+def monitor_scopes(names: Iterable[str]) -> set[str | None]:
+    """The scopes of the monitored optimizers whose tags are in `names`
+    (None: unscoped), found from their `grad_norm/[<scope>/]global` tags."""
+    found: set[str | None] = set()
+    for name in names:
+        statistic, _, rest = name.partition("/")
+        if statistic != "grad_norm" or not rest.endswith(GLOBAL):
+            continue
+        head = rest[: -len(GLOBAL)]
+        if head == "":
+            found.add(None)
+        elif head.endswith("/") and "/" not in head[:-1]:
+            found.add(head[:-1])
+    return found
+
+
+# (No TensorFlow import at module level: the report parses tags with this
+# module and should start without loading TensorFlow.)
+
+
+#: `(tag statistic, tag subject, TOTALS field)` of the step-wide scalars, and
+#: when each is written (a key of `_wanted`).
+_TOTAL_TAGS = (
+    ("grad_norm", GLOBAL, "grad_norm", "always"),
+    ("grad_nonfinite", GLOBAL, "grad_nonfinite", "always"),
+    ("grad_missing", GLOBAL, "grad_missing", "always"),
+    ("clip", "pre_norm", "clip_pre_norm", "clip"),
+    ("clip", "post_norm", "clip_post_norm", "clip"),
+    ("clip", "scale", "clip_scale", "clip"),
+    ("clip", "fraction", "clip_fraction", "clip"),
+    ("skipped", "steps", "skipped_steps", "skip"),
+    ("loss_scale", "scale", "loss_scale", "loss_scale"),
+    ("weight_norm", GLOBAL, "weight_norm", "weights"),
+    ("spikes", "max_norm", "spike_max_norm", "spikes"),
+    ("spikes", "min_norm", "spike_min_norm", "spikes"),
+    ("spikes", "max_step", "spike_max_step", "spikes"),
+    ("skipped", "spikes", "spike_skipped", "skip_spikes"),
+    ("noise_scale", "batch_ratio", "noise_batch_ratio", "noise"),
+    ("noise_scale", "b_simple", "noise_b_simple", "noise_examples"),
+    ("noise_scale", "grad_sq", "noise_grad_sq", "noise"),
+    ("noise_scale", "trace", "noise_trace", "noise"),
+)
+
+
+def tag(statistic: str, subject: str, scope: str | None = None) -> str:
+    """The tag of `statistic` for `subject` (`global`, a group or a variable).
+
+    Example:
+
+    >>> tag("grad_norm", "global", scope="actor")
+    'grad_norm/actor/global'
+    """
+    return f"{statistic}/{scope}/{subject}" if scope else f"{statistic}/{subject}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalarTag:
+    """One scalar a summary writes.
+
+    Attributes:
+        tag: The tag.
+        index: Where its value sits in the monitor's flat scalar vector.
+        row: The variable it describes, or -1.
+        needs_grad: Written only when variable `row` had a gradient.
+        optional: Left out when its value is not finite (the ratio to a
+            weight norm of 0).
+    """
+
+    tag: str
+    index: int
+    row: int = -1
+    needs_grad: bool = False
+    optional: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class HistogramTag:
+    """One histogram a histogram step writes: `kind` "grad" or "weight"."""
+
+    tag: str
+    kind: str
+    row: int
+
+
+def _wanted(when: str, config: MonitorConfig, layout: Layout, loss_scaled: bool):
+    skip_spikes = bool(config.skip_spikes)
+    noise = config.noise_scale
+    return {
+        "always": True,
+        "clip": config.clip_rule is not None,
+        "skip": config.skip_nonfinite or loss_scaled or skip_spikes,
+        "loss_scale": loss_scaled,
+        "weights": layout.weights,
+        "spikes": config.track_spikes,
+        "skip_spikes": skip_spikes,
+        "noise": bool(noise),
+        "noise_examples": isinstance(noise, dict) and bool(noise.get("batch_size")),
+    }[when]
+
+
+class TagTable:
+    """Every tag a monitor writes, with where its value comes from.
+
+    Attributes:
+        scope: The tag scope every tag is written under (None: unscoped):
+            the configured `tag_scope`, or the scope derived when the
+            monitor started writing beside another one (see
+            `keras_gradmon.recorders.claims`). Read it here, not from the
+            config, for the tags this monitor really writes.
+
+    Example:
+
+    >>> table = TagTable.build(config, paths, groups, layout)  # doctest: +SKIP
+    >>> table.scalar_values(snapshot.values, snapshot.has_grad)  # doctest: +SKIP
+    {'grad_norm/global': 0.81, ...}
+    >>> table.scope is None  # doctest: +SKIP
+    True
+    """
+
+    def __init__(
+        self,
+        scalars: Sequence[ScalarTag],
+        histograms: Sequence[HistogramTag],
+        scope: str | None = None,
+    ) -> None:
+        self.scope = scope
+        self.scalars = tuple(scalars)
+        self._picked: dict[frozenset, TagTable] = {}
+        self.histograms = tuple(histograms)
+        self._tags = np.array([s.tag for s in self.scalars], dtype=object)
+        self._index = np.array([s.index for s in self.scalars], dtype=np.int64)
+        self._row = np.array([s.row for s in self.scalars], dtype=np.int64)
+        self._needs_grad = np.array([s.needs_grad for s in self.scalars], bool)
+        self._optional = np.array([s.optional for s in self.scalars], bool)
+
+    @classmethod
+    def build(
+        cls,
+        config: MonitorConfig,
+        paths: Sequence[str],
+        groups: Sequence[str],
+        layout: Layout,
+        loss_scaled: bool = False,
+        scope: str | None = None,
+    ) -> TagTable:
+        """The table of a monitor with these options, variables and groups,
+        under `scope` (None: `config.tag_scope`)."""
+        from keras_gradmon.columns import TOTALS
+
+        scope, entries = scope or config.tag_scope, []
+        totals = layout.offset("totals")
+        for statistic, subject, field, when in _TOTAL_TAGS:
+            if _wanted(when, config, layout, loss_scaled):
+                index = totals + TOTALS.index(field)
+                entries.append(ScalarTag(tag(statistic, subject, scope), index))
+        start = layout.offset("groups")
+        for i, group in enumerate(groups):
+            entries.append(ScalarTag(tag("grad_norm", group, scope), start + 2 * i))
+            if layout.weights:
+                index = start + 2 * i + 1
+                entries.append(ScalarTag(tag("weight_norm", group, scope), index))
+        if layout.updates:
+            entries += _update_tags(config, paths, groups, layout, scope)
+        if config.per_variable:
+            entries += _variable_tags(config, paths, layout, scope)
+        histograms = []
+        if layout.buckets is not None:
+            for row, path in enumerate(paths):
+                histograms.append(
+                    HistogramTag(tag("grad_hist", path, scope), "grad", row)
+                )
+                if layout.weights:
+                    name = tag("weight_hist", path, scope)
+                    histograms.append(HistogramTag(name, "weight", row))
+        return cls(entries, histograms, scope)
+
+    @classmethod
+    def of(cls, monitor: GradientMonitor, scope: str | None = None) -> TagTable:
+        """The table of a built `monitor`, under `scope` (None: its
+        configured `tag_scope`).
+
+        Example:
+
+        >>> TagTable.of(monitor, "actor").scope  # doctest: +SKIP
+        'actor'
+        """
+        return cls.build(
+            monitor.config,
+            monitor.paths,
+            list(monitor.group_members),
+            monitor.layout,
+            monitor.loss_scaled,
+            scope=scope,
+        )
+
+    def scalar_values(
+        self, values: np.ndarray, present: np.ndarray
+    ) -> dict[str, float]:
+        """`{tag: value}` of one summary: `values` is the flat vector, and
+        `present[row]` says whether variable `row` had a gradient."""
+        picked = np.asarray(values, dtype=np.float64)[self._index]
+        keep = ~self._needs_grad | np.asarray(present, bool)[self._row]
+        keep &= ~self._optional | np.isfinite(picked)
+        return dict(zip(self._tags[keep].tolist(), picked[keep].tolist()))
+
+    def values_of(
+        self, values: np.ndarray, present: np.ndarray, tags: Collection[str]
+    ) -> dict[str, float]:
+        """`scalar_values` of just `tags`, without building the others: a
+        few values for the training thread (Keras logs)."""
+        key = frozenset(tags)
+        if key not in self._picked:
+            wanted = [s for s in self.scalars if s.tag in key]
+            self._picked[key] = TagTable(wanted, (), self.scope)
+        return self._picked[key].scalar_values(values, present)
+
+    def graph_scalars(self, present: Collection[int]) -> list[ScalarTag]:
+        """The scalar tags to write from the graph when the variables in
+        `present` have gradients (known when the step is traced)."""
+        return [s for s in self.scalars if not s.needs_grad or s.row in present]
+
+
+def _variable_tags(
+    config: MonitorConfig, paths: Sequence[str], layout: Layout, scope: str | None
+) -> list[ScalarTag]:
+    from keras_gradmon.columns import COLUMNS
+
+    entries, width = [], len(COLUMNS)
+    columns = [(name, COLUMNS.index(name)) for name in config.statistics]
+    grad, weight = layout.offset("grad"), None
+    if layout.weights:
+        weight, ratio = layout.offset("weight"), layout.offset("ratio")
+    for row, path in enumerate(paths):
+        for name, column in columns:
+            index = grad + row * width + column
+            entries.append(
+                ScalarTag(tag(f"grad_{name}", path, scope), index, row, True)
+            )
+        if weight is None:
+            continue
+        for name, column in columns:
+            index = weight + row * width + column
+            entries.append(ScalarTag(tag(f"weight_{name}", path, scope), index, row))
+        name = tag("grad_to_weight", path, scope)
+        entries.append(ScalarTag(name, ratio + row, row, True, optional=True))
+    return entries
+
+
+def _update_tags(
+    config: MonitorConfig,
+    paths: Sequence[str],
+    groups: Sequence[str],
+    layout: Layout,
+    scope: str | None,
+) -> list[ScalarTag]:
+    """`update_ratio/<subject>`: global, each group, each variable (those
+    only with `per_variable`); left out where not finite (a weight norm of
+    0, or no gradient)."""
+    start, count = layout.offset("update"), len(paths)
+    places = [(GLOBAL, start + count + len(groups), -1)]
+    places += [(group, start + count + i, -1) for i, group in enumerate(groups)]
+    if config.per_variable:
+        places += [(path, start + row, row) for row, path in enumerate(paths)]
+    return [
+        ScalarTag(tag("update_ratio", subject, scope), index, row, row >= 0, True)
+        for subject, index, row in places
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """The scalar statistics of one summary step, as NumPy data.
+
+    Attributes:
+        step: The optimizer step the statistics describe (-1: none yet).
+        paths: The variable paths, in row order.
+        groups: The group names, in row order.
+        values: Every scalar, flat, in `Layout` order (the tag table's index).
+        layout: Where each field sits in `values`.
+    """
+
+    step: int
+    paths: tuple[str, ...]
+    groups: tuple[str, ...]
+    values: np.ndarray
+    layout: Layout
+
+    @classmethod
+    def of_captured(
+        cls, step: Any, values: Any, paths: Any, groups: Any, layout: Layout
+    ) -> Snapshot:
+        """A `Snapshot` of a captured `(step, values)` row."""
+        return cls(int(step), tuple(paths), tuple(groups), np.asarray(values), layout)
+
+    def field(self, name: str) -> np.ndarray | None:
+        """One field of `values` in its shape, or None if not recorded."""
+        shapes = dict(self.layout.scalar_fields())
+        if name not in shapes:
+            return None
+        start, shape = self.layout.offset(name), shapes[name]
+        return self.values[start : start + int(np.prod(shape))].reshape(shape)
+
+    @property
+    def grad(self) -> np.ndarray:
+        """`[num_variables, len(COLUMNS)]` gradient statistics (NaN rows for
+        variables without a gradient)."""
+        return self.field("grad")
+
+    @property
+    def weight(self) -> np.ndarray | None:
+        """The same for the weights, or None if not recorded."""
+        return self.field("weight")
+
+    @property
+    def group_grad_norm(self) -> np.ndarray:
+        return self.field("groups")[:, 0]
+
+    @property
+    def group_weight_norm(self) -> np.ndarray:
+        return self.field("groups")[:, 1]
+
+    @property
+    def totals(self) -> dict[str, float]:
+        """`{name: value}` for each name in `TOTALS`."""
+        return dict(zip(TOTALS, self.field("totals").tolist()))
+
+    @property
+    def has_grad(self) -> np.ndarray:
+        """Boolean `[num_variables]`: whether each variable had a gradient."""
+        return self.grad[:, COLUMNS.index("present")] > 0
+
+    def grad_stat(self, name: str) -> dict[str, float]:
+        """`{variable path: value}` of one gradient statistic."""
+        column = self.grad[:, COLUMNS.index(name)]
+        return {
+            p: float(v) for p, v, ok in zip(self.paths, column, self.has_grad) if ok
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class HistogramSnapshot:
+    """Histogram bucket counts of one histogram step, as NumPy data.
+
+    Attributes:
+        step: The optimizer step the histograms describe (-1: none yet).
+        paths: The variable paths, in row order.
+        grad_counts: int `[num_variables, buckets]` gradient bucket counts.
+        grad_range: `[num_variables, 2]` min and max of each gradient.
+        weight_counts, weight_range: the same for the weights, or None.
+        has_grad: Boolean `[num_variables]`.
+    """
+
+    step: int
+    paths: tuple[str, ...]
+    grad_counts: np.ndarray
+    grad_range: np.ndarray
+    weight_counts: np.ndarray | None
+    weight_range: np.ndarray | None
+    has_grad: np.ndarray
+
+    @classmethod
+    def of_captured(
+        cls, step: Any, counts: Any, ranges: Any, paths: Any, weights: bool
+    ) -> HistogramSnapshot:
+        """A `HistogramSnapshot` of a captured `(step, counts, ranges)` row
+        (the gradients' rows, then the weights' if `weights`)."""
+        counts, ranges, n = np.asarray(counts), np.asarray(ranges), len(paths)
+        return cls(
+            step=int(step),
+            paths=tuple(paths),
+            grad_counts=counts[:n],
+            grad_range=ranges[:n, :2],
+            weight_counts=counts[n:] if weights else None,
+            weight_range=ranges[n:, :2] if weights else None,
+            has_grad=ranges[:n, 2] > 0,
+        )

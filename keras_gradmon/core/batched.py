@@ -1,0 +1,565 @@
+"""Statistics of many tensors in one program that does not grow with their
+number: the tensors laid out as one NaN-padded `[blocks, block]` matrix
+(`static_layout`), the shared pass every statistic finishes from
+(`Reductions`, and `Careful` where a float32 pass cannot be trusted), and
+the per-tensor functions, its one-tensor case.
+
+How `batched.py` lays tensors out: one NaN-padded `[blocks, block]` matrix.
+
+Tensors of static shape share one layout of NumPy constants, so the program
+does not grow with their number. Tensors whose size is known only at run
+time (TensorFlow only: an `Embedding`'s `tf.IndexedSlices` passed into a
+`tf.function`, an `input_signature` of unknown dims) share one layout of the
+same values computed with tensors (`backend.tensorflow.dynamic_layout`, the
+mirror of `static_layout`). `by_layout` computes a batched result for each
+group and puts its rows back in the input order.
+
+The shared pass of `batched.py`, which every statistic finishes from.
+
+On the NaN-padded `[blocks, block]` matrix of the tensors of one layout
+(`layout.py`), reduced by rows, then by tensor with segment ids:
+`Reductions` takes, in one pass in float32 (float64 if any tensor is), the
+counts and the reductions the statistics asked need (`statistic.REDUCTIONS`),
+sums around a shift (a median of three elements) against cancellation;
+`Careful` recomputes, scaled by the largest magnitude and the variance in
+two passes, what a float32 pass cannot be trusted with. Reductions read a
+`where`: XLA:CPU then runs fast library ones. Derived values are computed on
+first use, so a statistic's `fast` or `careful` only costs what it reads.
+
+Pure, XLA-safe statistic functions.
+
+Everything here is plain tensor math: no `tf.summary`, no string ops, no
+Python control flow on tensor values, so it compiles under
+`tf.function(jit_compile=True)`. Each statistic is one registered object
+(`statistic.Statistic`: its reductions, how they finish, its careful path,
+its NumPy reference), one module each in `statistics/`, held by
+`registry.py`. `batched.py` computes the statistics and histograms of many
+tensors in one program that does not grow with their number; the
+per-tensor functions are its one-tensor case.
+
+Statistics of many tensors at once, in a program that does not grow with
+their number: the tensors, padded with NaN (ignored like all non-finite
+elements) to whole blocks, form one `[blocks, block]` matrix reduced by rows,
+then by tensor with segment ids (`layout.py`: static ones; tensors of a size
+known only at run time form a second matrix, its layout computed at run
+time). Each statistic is a registered `Statistic` (`registry.py`, one module
+each in `statistics/`); here they are computed together: one shared pass
+takes the reductions they need (`reductions.Reductions`), each finishes its
+value from them, and one conditional recomputes, scaled and in two passes
+(`reductions.Careful`), the rows that pass cannot be trusted with. Written
+in `keras.ops`, the same on every Keras backend; what differs (the
+conditional, bin counts, densifying) is in `keras_gradmon.backend`.
+
+Per-tensor statistics: norm, moments, extremes, sparsity, finiteness.
+
+The one-tensor case of `keras_gradmon.core.batched.batched_statistics`
+(each statistic is defined in its module of `keras_gradmon.core.statistics`):
+statistics of the *finite* elements, NaN and Inf counted in `nonfinite`
+instead of turning every other number into NaN, computed in float32 (float64
+for float64 input) and returned as float32, right near the float32 limit
+(1e30) and for tiny values (1e-30).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import namedtuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from keras import backend as keras_backend
+from keras import ops
+
+from keras_gradmon import backend
+from keras_gradmon.backend import Tensor, densify
+from keras_gradmon.columns import STATISTICS
+from keras_gradmon.core import statistics as registry
+from keras_gradmon.core.statistics import Statistic
+
+_MIN_BLOCK, _MAX_BLOCK = 64, 2048
+# The block sizes above the smallest: the dynamic layout counts those at most
+# its target (an exact log2, rounded down, without floats).
+_BLOCKS = np.array([128, 256, 512, 1024, _MAX_BLOCK], "i4")
+
+#: `count` tensors; the block size; per tensor its size, NaN padding and the
+#: flat positions of 3 shift candidates; per block its tensor (`count`: the
+#: spare all-NaN block). NumPy values (static) or int32 tensors (dynamic).
+Layout = namedtuple(
+    "Layout", ["count", "block", "sizes", "pads", "samples", "segments"]
+)
+
+
+def static_layout(sizes: Sequence[int]) -> Layout:
+    """The layout of tensors of static `sizes`: padding below ~25%.
+
+    Example:
+
+    >>> static_layout([3, 100]).block, static_layout([3, 100]).segments.tolist()
+    (64, [0, 1, 1, 2])
+    """
+    sizes = np.asarray(sizes, np.int64)
+    target = max(int(sizes.sum()) // (4 * len(sizes)), 1)
+    block = int(min(max(2 ** int(np.log2(target)), _MIN_BLOCK), _MAX_BLOCK))
+    per = -(-sizes // block)
+    start = np.concatenate([[0], np.cumsum(per)[:-1]]) * block
+    samples = np.stack([start, start + sizes // 2, start + np.maximum(sizes - 1, 0)], 1)
+    samples[sizes == 0] = per.sum() * block  # in the spare all-NaN block
+    segments = np.append(np.repeat(np.arange(len(sizes)), per), len(sizes))
+    pads = (per * block - sizes).astype("i4")
+    return Layout(len(sizes), block, sizes, pads, samples, segments.astype("i4"))
+
+
+def compute_dtype(tensors: Sequence[Tensor]) -> str:
+    """float64 if any of `tensors` is, else float32.
+
+    Example:
+
+    >>> compute_dtype([np.ones(2, "f2"), np.ones(1, "f4")])
+    'float32'
+    """
+    dtypes = {keras_backend.standardize_dtype(t.dtype) for t in tensors}
+    return "float64" if "float64" in dtypes else "float32"
+
+
+def prepare(tensors: Sequence[Tensor]) -> tuple[Tensor, Layout]:
+    """The dense `tensors` as one NaN-padded `[blocks, block]` matrix (float32,
+    float64 if any is), with a spare all-NaN block, and its layout.
+
+    Example:
+
+    >>> matrix, layout = prepare([ops.ones([3]), ops.ones([100])])
+    >>> tuple(matrix.shape), layout.count
+    ((4, 64), 2)
+    """
+    dtype = compute_dtype(tensors)
+    sizes = [backend.num_elements(t) for t in tensors]
+    if None in sizes:
+        return backend.dynamic_matrix(tensors, dtype)
+    layout = static_layout(sizes)
+    nan, parts = ops.convert_to_tensor(float("nan"), dtype), []
+    for t, pad in zip(tensors, layout.pads):
+        # Constants, not a pad op: XLA then concatenates with plain copies.
+        padding = ops.broadcast_to(nan, [int(pad)])
+        parts += [ops.reshape(ops.cast(t, dtype), [-1]), padding]
+    parts.append(ops.broadcast_to(nan, [layout.block]))
+    return ops.reshape(ops.concatenate(parts, 0), [-1, layout.block]), layout
+
+
+def by_layout(
+    tensors: Sequence[Any],
+    compute: Callable[[Tensor, Layout], tuple[Tensor, ...]],
+) -> tuple[Tensor, ...]:
+    """`compute(matrix, layout)` of the tensors of static size together and
+    of the others together, rows back in the order of `tensors`.
+
+    Args:
+        tensors: Floating tensors or `tf.IndexedSlices` (densified), at
+            least one.
+        compute: Returns tensors whose row `i` belongs to tensor `i` of the
+            layout.
+
+    Example:
+
+    >>> [sizes] = by_layout([ops.ones([3])], lambda x, layout: (layout.sizes,))
+    >>> sizes.tolist()
+    [3]
+    """
+    dense = [densify(t) for t in tensors]
+    known = [backend.num_elements(t) is not None for t in dense]
+    groups = [[i for i, k in enumerate(known) if k == want] for want in (True, False)]
+    groups = [g for g in groups if g]
+    results = [compute(*prepare([dense[i] for i in g])) for g in groups]
+    if len(results) == 1:
+        return results[0]
+    order = np.argsort(np.concatenate(groups)).astype("i4")
+    return tuple(
+        ops.take(ops.concatenate(parts, 0), order, 0) for parts in zip(*results)
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """`dynamic_layout`, TensorFlow's, imported from its backend on first use."""
+    if name == "dynamic_layout":
+        from keras_gradmon.backend import tensorflow
+
+        return tensorflow.dynamic_layout
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# A block sums 1 per zero, _NONFINITE per non-finite element: exact in float32.
+_NONFINITE = 4096.0
+# Sums of squares below _TINY smallest normal numbers may have lost terms.
+_TINY = 1e8
+
+
+def _segment_min(data: Tensor, segments: Any, num_segments: int) -> Tensor:
+    return -ops.segment_max(-data, segments, num_segments=num_segments)
+
+
+def per_tensor(partials: Tensor, layout: Layout, op=ops.segment_sum) -> Tensor:
+    """The per-block `partials` reduced by tensor with `op`."""
+    return op(partials, layout.segments, num_segments=layout.count + 1)[:-1]
+
+
+def per_block(values: Tensor, layout: Layout) -> Tensor:
+    """The per-tensor `values` as a `[blocks, 1]` column (0 for the spare)."""
+    return ops.take(ops.pad(values, [[0, 1]]), layout.segments, 0)[:, None]
+
+
+def extremes(x: Tensor, finite: Tensor, layout: Layout, k=None) -> tuple:
+    """Min and max by tensor, non-finite elements replaced by k (or +-inf)."""
+    inf = float("inf")
+    low = ops.min(ops.where(finite, x, inf if k is None else k), axis=1)
+    high = ops.max(ops.where(finite, x, -inf if k is None else k), axis=1)
+    low = per_tensor(low, layout, _segment_min)
+    return low, per_tensor(high, layout, ops.segment_max)
+
+
+def _shift(x: Tensor, layout: Layout) -> tuple[Tensor, Tensor]:
+    """Median of the finite ones of 3 elements by tensor, and if there was one."""
+    samples = ops.take(ops.reshape(x, [-1]), layout.samples)
+    finite = ops.isfinite(samples)
+    ordered = ops.sort(ops.where(finite, samples, float("inf")), axis=1)
+    found = ops.sum(ops.cast(finite, "int32"), axis=1)
+    middle = ops.maximum(found - 1, 0) // 2
+    middle = ops.take_along_axis(ordered, middle[:, None], axis=1)[:, 0]
+    return ops.where(found > 0, middle, ops.zeros_like(middle)), found > 0
+
+
+def _counts(x: Tensor, finite: Tensor, layout: Layout) -> tuple:
+    """Finite (in x's dtype), non-finite and zero elements by tensor."""
+    zero = ops.where(x == 0, 1.0, 0.0)
+    code = ops.sum(ops.where(finite, zero, _NONFINITE), axis=1)
+    nonfinite = ops.floor(code / _NONFINITE)
+    ints = ops.stack([nonfinite, code - _NONFINITE * nonfinite], 1)
+    totals = per_tensor(ops.cast(ints, "int32"), layout)
+    nonfinite = totals[:, 0] - layout.pads
+    return ops.cast(layout.sizes - nonfinite, x.dtype), nonfinite, totals[:, 1]
+
+
+def _sums(terms: Mapping[str, Tensor], finite: Tensor, layout: Layout) -> dict:
+    """Each of `terms` summed over the finite elements by tensor, together."""
+    names = list(terms)
+    if not names:
+        return {}
+    sums = [ops.sum(ops.where(finite, terms[n], 0.0), axis=1) for n in names]
+    sums = per_tensor(ops.stack(sums, 1), layout)
+    return {n: sums[:, i] for i, n in enumerate(names)}
+
+
+class Reductions:
+    """The one-pass reductions of the tensors of one layout, one value per
+    tensor: what a statistic's `fast` reads.
+
+    Attributes:
+        count, n: Finite elements (in the compute dtype), and at least 1.
+        zeros, nonfinite: Zero and non-finite elements (int32).
+        sizes: All elements. dtype: The compute dtype.
+        shift, found: The shift ("shift" or "extremes"), and whether it is an
+            element (else 0).
+        low, high: Min and max ("extremes").
+        sum, sq: Sums of the finite elements and of their squares ("sum",
+            "sq"), less the shift if "shift" is needed.
+        terms: `{name: sum}` of the statistics' own element-wise terms.
+    """
+
+    def __init__(
+        self,
+        x: Tensor,
+        layout: Layout,
+        needs: set[str],
+        terms: Mapping[str, Callable[[Tensor], Tensor]],
+    ) -> None:
+        finite = ops.isfinite(x)
+        self.sizes, self.dtype = layout.sizes, x.dtype
+        self.count, self.nonfinite, self.zeros = _counts(x, finite, layout)
+        self.n = ops.maximum(self.count, 1.0)
+        self.shifted, self.has_extremes, d = "shift" in needs, False, x
+        if needs & {"shift", "extremes"}:
+            self.shift, self.found = _shift(x, layout)
+            k = per_block(self.shift, layout)
+            d = x - k if self.shifted else x
+            # In place of non-finite elements, one of the tensor's own: neutral.
+            self.low, self.high = extremes(x, finite, layout, k)
+            self.has_extremes = True
+        named = {n: d if n == "sum" else d * d for n in ("sum", "sq") if n in needs}
+        named.update({f"term:{n}": f(x) for n, f in terms.items()})
+        sums = _sums(named, finite, layout)
+        self.sum, self.sq = sums.get("sum"), sums.get("sq")
+        self.terms = {n: sums[f"term:{n}"] for n in terms}
+
+    @property
+    def tiny(self) -> float:
+        """Below this, a sum of squares may have lost terms (underflow)."""
+        return _TINY * np.finfo(keras_backend.standardize_dtype(self.dtype)).tiny
+
+    @property
+    def doubtful(self) -> Tensor:
+        """Where the pass itself cannot be trusted: extremes taken with
+        non-finite elements replaced by a shift no element gave."""
+        if self.has_extremes:
+            return ~self.found
+        return ops.zeros_like(self.count, dtype="bool")
+
+    @functools.cached_property
+    def mean_shifted(self) -> Tensor:
+        """The mean less the shift."""
+        return self.sum / self.n
+
+    @functools.cached_property
+    def mean(self) -> Tensor:
+        """The mean of the finite elements."""
+        if self.shifted:
+            return self.mean_shifted + self.shift
+        return self.mean_shifted
+
+    @functools.cached_property
+    def var(self) -> Tensor:
+        """Their variance, from the sums around the shift ("shift")."""
+        return ops.maximum(self.sq / self.n - ops.square(self.mean_shifted), 0.0)
+
+    @functools.cached_property
+    def sum_of_squares(self) -> Tensor:
+        """The sum of their squares (of x, not less the shift)."""
+        if not self.shifted:
+            return self.sq
+        return self.count * self.var + self.count * ops.square(self.mean)
+
+
+class Careful:
+    """The careful recomputation of the tensors of one layout, what a
+    statistic's `careful` reads: each computed on first use.
+
+    Attributes:
+        count, n: As in `Reductions`.
+        low, high: Min and max of the finite elements (+inf, -inf if none).
+        scale: The largest magnitude (1 if 0 or none).
+        sum, sq: Sums of the finite elements / scale and of their squares.
+        var: The variance of the elements / scale, in two passes.
+    """
+
+    def __init__(self, x: Tensor, layout: Layout, count: Tensor) -> None:
+        self._x, self._layout, self._finite = x, layout, ops.isfinite(x)
+        self.count, self.n = count, ops.maximum(count, 1.0)
+
+    @functools.cached_property
+    def _extremes(self) -> tuple[Tensor, Tensor]:
+        return extremes(self._x, self._finite, self._layout)
+
+    @property
+    def low(self) -> Tensor:
+        return self._extremes[0]
+
+    @property
+    def high(self) -> Tensor:
+        return self._extremes[1]
+
+    @functools.cached_property
+    def scale(self) -> Tensor:
+        largest = ops.maximum(ops.abs(self.low), ops.abs(self.high))
+        has = (self.count > 0) & (largest > 0)
+        return ops.where(has, largest, ops.ones_like(largest))
+
+    @functools.cached_property
+    def _scaled(self) -> tuple[Tensor, Tensor]:
+        """The finite elements / scale (0 for the others), and their sums."""
+        x, layout = ops.where(self._finite, self._x, 0.0), self._layout
+        y = backend.divide(x, per_block(self.scale, layout))
+        sums = ops.stack([ops.sum(y, axis=1), ops.sum(ops.square(y), axis=1)], 1)
+        return y, per_tensor(sums, layout)
+
+    @property
+    def sum(self) -> Tensor:
+        return self._scaled[1][:, 0]
+
+    @property
+    def sq(self) -> Tensor:
+        return self._scaled[1][:, 1]
+
+    @functools.cached_property
+    def var(self) -> Tensor:
+        y, layout = self._scaled[0], self._layout
+        deviation = y - per_block(self.sum / self.n, layout)
+        deviation = ops.where(self._finite, deviation, 0.0)
+        return per_tensor(ops.sum(ops.square(deviation), axis=1), layout) / self.n
+
+
+def batched_statistics(
+    tensors: Sequence[Any],
+    names: Sequence[str] = STATISTICS,
+) -> Tensor:
+    """The statistics of each tensor, as rows of one matrix.
+
+    Args:
+        tensors: Floating tensors, `tf.IndexedSlices` densified (duplicate
+            indices summed), in float32 (all in float64 if any is float64).
+            Those of static shape are computed together, in a program that
+            does not grow with their number; those of a size known only at
+            run time together too, with a layout computed at run time.
+        names: Which statistics to compute: registered names
+            (`keras_gradmon.core.statistics`), usually of `STATISTICS`.
+
+    Returns:
+        A float32 `[len(tensors), len(columns)]` matrix, `columns` being
+        `registry.columns(names)`: `STATISTICS`, then the other statistics
+        of `names`. Row `i` is `stack_statistics(tensors[i], names)` within
+        rounding (NaN for the statistics not in `names`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> rows = batched_statistics([np.array([3.0, -4.0], "f4"), np.zeros([0], "f4")])
+    >>> np.asarray(rows)[:, 0].tolist()  # the norms
+    [5.0, 0.0]
+    """
+    columns = registry.lookup(registry.columns(names))
+    if not tensors:
+        return ops.zeros([0, len(columns)], "float32")
+    compute = functools.partial(_statistics, columns=columns, names=set(names))
+    [rows] = by_layout(tensors, compute)
+    return rows
+
+
+def _statistics(
+    x: Tensor, layout: Layout, columns: Sequence[Statistic], names: set[str]
+) -> tuple:
+    """`batched_statistics` of the tensors of one layout, as a 1-tuple: the
+    statistics `names` and, free, the others of `columns` their reductions
+    serve (their rows are flagged for the careful path too)."""
+    needs = set().union(*(s.reductions for s in columns if s.name in names))
+    computed = [s for s in columns if s.reductions <= needs]
+    terms = {s.name: s.term for s in computed if s.term is not None}
+    r = Reductions(x, layout, needs, terms)
+    values = {s.name: s.fast(r) for s in computed}
+    careful = [s for s in computed if s.careful is not None]
+    if careful:
+        fast = {s.name: values[s.name] for s in careful}
+        rows = _untrusted(r, careful, fast)
+        recompute = functools.partial(_careful, x, layout, r, careful, fast, rows)
+        values.update(backend.cond(ops.any(rows), recompute, lambda: fast))
+    return (_finish(values, r, computed, columns, names),)
+
+
+def _untrusted(r: Reductions, careful: list, fast: dict) -> Tensor:
+    """The rows whose fast values of the `careful` statistics are not finite
+    or not trusted, among those with a finite element."""
+    bad = r.doubtful
+    for s in careful:
+        if s.untrusted is not None:
+            bad |= s.untrusted(r)
+        bad |= ~ops.isfinite(fast[s.name])
+    return bad & (r.count > 0)
+
+
+def _careful(
+    x: Tensor, layout: Layout, r: Reductions, careful: list, fast: dict, rows
+) -> dict:
+    """`fast`, its `rows` recomputed by each statistic's careful path."""
+    c = Careful(x, layout, r.count)
+    return {s.name: ops.where(rows, s.careful(c), fast[s.name]) for s in careful}
+
+
+def _finish(
+    values: dict, r: Reductions, computed: list, columns: list, names: set
+) -> Tensor:
+    """The float32 `[tensors, columns]` matrix: each statistic's `empty`
+    value where a tensor has no finite element, NaN where not asked."""
+    has, nan = r.count > 0, ops.full_like(r.count, float("nan"))
+    for s in computed:
+        if s.empty is not None:
+            values[s.name] = ops.where(has, values[s.name], s.empty)
+    wanted = [values[s.name] if s.name in names else nan for s in columns]
+    return ops.cast(ops.stack(wanted, 1), "float32")
+
+
+def batched_bucket_counts(
+    tensors: Sequence[Any], buckets: int
+) -> tuple[Tensor, Tensor]:
+    """`bucket_counts` of each tensor, as rows of two matrices.
+
+    Args:
+        tensors: As for `batched_statistics`.
+        buckets: The number of buckets, a Python int >= 1.
+
+    Returns:
+        `(counts, ranges)`: int32 `[len(tensors), buckets]` and float32
+        `[len(tensors), 2]`, row `i` being `bucket_counts(tensors[i], buckets)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> counts, ranges = batched_bucket_counts([np.array([0.0, 1.0, 1.0], "f4")], 2)
+    >>> np.asarray(counts).tolist(), np.asarray(ranges).tolist()
+    ([[1, 2]], [[0.0, 1.0]])
+    """
+    if not tensors:
+        return ops.zeros([0, buckets], "int32"), ops.zeros([0, 2], "float32")
+    return by_layout(tensors, functools.partial(_bucket_counts, buckets=buckets))
+
+
+def _bucket_counts(x: Tensor, layout: Layout, buckets: int) -> tuple:
+    """`batched_bucket_counts` of the tensors of one layout."""
+    finite = ops.isfinite(x)
+    low, high = extremes(x, finite, layout)
+    low, high = ops.where(low <= high, low, 0.0), ops.where(low <= high, high, 0.0)
+    # The arithmetic of `bucket_counts`, element for element.
+    scale = ops.maximum(ops.abs(low), ops.abs(high))
+    scale = ops.where(scale > 0, scale, ops.ones_like(scale))
+    width = per_block(high / scale - low / scale, layout)
+    low_b, scale_b = per_block(low, layout), per_block(scale, layout)
+    offset = backend.divide(ops.where(finite, x, low_b), scale_b) - low_b / scale_b
+    position = backend.divide(offset, ops.where(width > 0, width, 1.0)) * buckets
+    position = ops.clip(ops.floor(position), 0.0, buckets - 1)  # as rounded
+    index = ops.cast(position, "int32")
+    index = ops.where(width > 0, index, buckets - 1)
+    # Non-finite elements go to an extra bucket per tensor, dropped.
+    index = ops.where(finite, index, buckets) + (buckets + 1) * layout.segments[:, None]
+    size, index = (layout.count + 1) * (buckets + 1), ops.reshape(index, [-1])
+    counts = backend.bincount(index, size)
+    counts = ops.reshape(counts, [-1, buckets + 1])[:-1, :buckets]
+    return counts, ops.cast(ops.stack([low, high], 1), "float32")
+
+
+def tensor_statistics(
+    x: Any, names: Sequence[str] = STATISTICS
+) -> dict[str, Tensor]:
+    """Statistics of all elements of `x`, as float32 scalar tensors.
+
+    Args:
+        x: A tensor of floating dtype (float16, bfloat16, float32,
+            float64), its shape static or known only at run time.
+            `tf.IndexedSlices` are densified first (duplicates summed).
+        names: Which statistics to compute: registered names
+            (`keras_gradmon.core.statistics`), usually of `STATISTICS`.
+
+    Returns:
+        `{name: value}` for each of `names`. `mean`, `std`, `min` and `max`
+        are NaN when `x` has no finite element; `norm` and `max_abs` are
+        then 0.
+
+    Example:
+
+    >>> import numpy as np
+    >>> s = tensor_statistics(np.array([3.0, -4.0, 0.0, np.nan], "f4"))
+    >>> float(s["norm"]), float(s["nonfinite"]), float(s["zero_fraction"])
+    (5.0, 1.0, 0.25)
+    """
+    row, columns = stack_statistics(x, names), registry.columns(names)
+    return {name: row[columns.index(name)] for name in names}
+
+
+def stack_statistics(
+    x: Any, names: Sequence[str] = STATISTICS
+) -> Tensor:
+    """The statistics of `x` as a float32 vector in `STATISTICS` order (then
+    the other registered statistics of `names`, as `registry.columns`);
+    statistics not in `names` are not computed and read NaN.
+
+    Example:
+
+    >>> import numpy as np
+    >>> tuple(stack_statistics(np.ones([4], "f4")).shape)
+    (8,)
+    """
+    return batched_statistics([x], names)[0]

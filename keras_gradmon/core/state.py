@@ -1,0 +1,395 @@
+"""The monitor's state: its variables (`MonitorState`), created once,
+written by field name inside the train step as pure functions of their
+values (`VariableStore`, `ValueStore`), with the last K summaries kept in
+rings (`Ring`) so that none is lost between two host reads, and read
+back on the host (`Cursor`: every row not seen yet, in step order).
+
+The last K recorded summaries, kept in the monitor's state so that no
+recorded step is lost between two host reads.
+
+A train step that calls `apply_gradients` several times per batch (a WGAN's
+critic steps, `steps_per_execution`, an n-critic loop) records several
+summaries before the host looks. Each summary is pushed into a ring of
+`capacity` rows; the host captures the whole ring with a few raw variable
+reads, and a `Cursor` hands out every row it has not seen yet, in step
+order, and counts the rows that were overwritten before it looked.
+
+Example:
+
+>>> cursor = Cursor(capacity=4)
+>>> count, steps = 6, np.array([4, 5, 2, 3])      # rows of steps 2..5
+>>> [entry.step for entry in cursor.new(count, steps, [np.arange(4)])[0]]
+[2, 3, 4, 5]
+>>> cursor.dropped                                # steps 0 and 1 were lost
+2
+
+The monitor's variables: created once, assigned by field name inside the
+train step, read back on the host as plain NumPy numbers.
+
+Every scalar a summary writes lives in one of a few packed fields (`totals`,
+`groups`, `grad`, `weight`, `ratio`); `Layout` gives each field its offset in
+one flat vector, which is what the tag table (`keras_gradmon.columns`) indexes
+and what one compiled read brings back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from keras import ops
+
+from keras_gradmon import backend
+from keras_gradmon.columns import Layout
+from keras_gradmon.core.measurement import (
+    HistogramMeasurement,
+    Measurement,
+)
+
+NO_STEP = -1
+
+
+class Ring:
+    """`capacity` rows of one or more payloads, with the step of each row
+    and the number of rows pushed so far, as state variables.
+
+    Inside the step the ring is pure: `push` maps the state values (a dict
+    keyed by variable name) to new ones, which the caller writes back
+    (`backend.update_if`).
+
+    Args:
+        make_variable: Creates one variable: `(name, shape, dtype, initial)`.
+        prefix: Names the variables (`<prefix>_count`, `<prefix>_steps`,
+            `<prefix>_<payload>`).
+        capacity: How many rows are kept.
+        payloads: `(name, row shape, dtype)` of each payload.
+        reader: Captures variables on the host (`MonitorState.capture`).
+    """
+
+    def __init__(
+        self,
+        make_variable: Callable[..., Any],
+        prefix: str,
+        capacity: int,
+        payloads: Sequence[tuple[str, tuple[int, ...], str]],
+        reader: Callable[[list], Sequence[Any]],
+    ) -> None:
+        self.capacity = capacity
+        self.reader = reader
+        self.count_key, self.steps_key = f"{prefix}_count", f"{prefix}_steps"
+        self.payload_keys = [f"{prefix}_{name}" for name, _, _ in payloads]
+        self.count = make_variable(self.count_key, (), "int64", 0)
+        self.steps = make_variable(self.steps_key, (capacity,), "int64", NO_STEP)
+        self.payloads = [
+            make_variable(key, (capacity, *shape), dtype, 0)
+            for key, (_, shape, dtype) in zip(self.payload_keys, payloads)
+        ]
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        """`{name: variable}` of the count, the steps and the payloads."""
+        keys = [self.count_key, self.steps_key, *self.payload_keys]
+        return dict(zip(keys, [self.count, self.steps, *self.payloads]))
+
+    # Inside the step (pure) ------------------------------------------------
+
+    def push(self, values: dict, step: Any, rows: Sequence[Any]) -> dict:
+        """`values` with one row of each payload, and its step, written over
+        the oldest, and the count advanced."""
+        count = values[self.count_key]
+        slot = ops.reshape(ops.mod(count, self.capacity), [1, 1])
+        out = dict(values)
+        for key, row in zip(self.payload_keys, rows):
+            out[key] = _put_row(values[key], slot, row)
+        out[self.steps_key] = _put_row(values[self.steps_key], slot, step)
+        out[self.count_key] = count + 1
+        return out
+
+    def amend(self, values: dict, start: int, data: Any) -> dict:
+        """`values` with `data` written over the newest row of the (one)
+        payload from column `start` on: a number measured later in the
+        step than the row was pushed."""
+        [key] = self.payload_keys
+        slot = ops.mod(values[self.count_key] - 1, self.capacity)
+        row = ops.take(values[key], slot, axis=0)
+        data = ops.cast(data, row.dtype)
+        end = start + int(data.shape[0])
+        row = ops.concatenate([row[:start], data, row[end:]], 0)
+        return {**values, key: _put_row(values[key], ops.reshape(slot, [1, 1]), row)}
+
+    def latest(self, values: dict) -> list[Any]:
+        """The newest row of each payload of the state `values`."""
+        slot = ops.mod(values[self.count_key] - 1, self.capacity)
+        return [ops.take(values[key], slot, axis=0) for key in self.payload_keys]
+
+    # Host side -------------------------------------------------------------
+
+    def capture(self) -> Sequence[Any]:
+        """`(count, steps, *payloads)` as array-likes, without waiting for
+        them: cheap enough for the training thread."""
+        return self.reader(list(self.variables.values()))
+
+    def read_count(self) -> int:
+        """How many rows were pushed so far (one host read)."""
+        return int(np.asarray(self.reader([self.count])[0]))
+
+
+def _put_row(current: Any, slot: Any, row: Any) -> Any:
+    row = ops.expand_dims(ops.cast(row, current.dtype), 0)
+    return ops.scatter_update(current, slot, row)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One recorded row: its step and its payloads, as NumPy data."""
+
+    step: int
+    payloads: tuple[np.ndarray, ...]
+
+
+class Cursor:
+    """What a host reader has seen of a `Ring`.
+
+    Attributes:
+        seen: The ring's count at the last look.
+        dropped: Rows overwritten before this reader saw them, so far.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.seen = 0
+        self.dropped = 0
+
+    def new(
+        self, count: Any, steps: Any, payloads: Sequence[Any]
+    ) -> tuple[list[Entry], int]:
+        """The rows pushed since the last look, oldest first, and how many
+        more were pushed but already overwritten (also added to `dropped`)."""
+        count = int(count)
+        first = max(self.seen, count - self.capacity)
+        lost = max(0, first - self.seen)
+        self.dropped += lost
+        self.seen = max(self.seen, count)
+        if first >= count:
+            return [], lost
+        steps, arrays = np.asarray(steps), [np.asarray(p) for p in payloads]
+        entries = []
+        for index in range(first, count):
+            slot = index % self.capacity
+            rows = tuple(array[slot] for array in arrays)
+            entries.append(Entry(int(steps[slot]), rows))
+        return entries, lost
+
+
+def unpack(captured: Sequence[Any]) -> tuple[Any, Any, tuple]:
+    """`(count, steps, payloads)` of a captured ring (`Ring.capture`)."""
+    return captured[0], captured[1], tuple(captured[2:])
+
+
+def latest_entry(
+    capacity: int, count: Any, steps: Any, payloads: Sequence[Any]
+) -> Entry | None:
+    """The newest row of a captured ring, or None when nothing was pushed."""
+    count = int(count)
+    if count == 0:
+        return None
+    slot = (count - 1) % capacity
+    rows = tuple(np.asarray(p)[slot] for p in payloads)
+    return Entry(int(np.asarray(steps)[slot]), rows)
+
+
+#: A function that creates one state variable:
+#: `make_variable(name, shape, dtype, initial_value)`.
+VariableFactory = Callable[[str, tuple, str, float], Any]
+
+
+class MonitorState:
+    """The variables that hold the recent statistics.
+
+    Every scalar of a summary lives in one flat float32 row in `Layout`
+    order; the last `layout.history` rows are kept in a `Ring`
+    (`scalars`), so that several summaries recorded between two host
+    reads all reach the recorders. Histograms are kept the same way
+    (`histograms`: bucket counts, then ranges; the gradients' rows, then
+    the weights'). A summary step writes one row of a few variables.
+
+    Inside the step the state is a dict of values keyed by variable name
+    (`variables`); the monitor's functions map values to new values, and a
+    store (`VariableStore`, or a dict of values under JAX's
+    `stateless_apply`) writes them.
+
+    Args:
+        make_variable: Creates one variable (see `VariableFactory`); each
+            adapter passes its own, so the state is checkpointed with the
+            optimizer.
+        layout: The shapes.
+        clip_spec: The clipping rule's `state_spec()`, or None.
+        signal_spec: The in-step signals' `state_spec()`
+            (`keras_gradmon.core.signals.StepSignals`), or None.
+    """
+
+    def __init__(
+        self,
+        make_variable: VariableFactory,
+        layout: Layout,
+        clip_spec: dict | None,
+        signal_spec: dict | None = None,
+    ) -> None:
+        self.layout = layout
+        #: Maps the state variables to their live values, where a framework
+        #: keeps them outside the variables (JAX's `fit`); None: the
+        #: variables' own.
+        self.source: Callable[[list], list] | None = None
+        self._readers: dict = {}
+        row = [("values", (layout.size,), "float32")]
+        self.scalars = Ring(make_variable, "stats", layout.history, row, self.capture)
+        # Every step: the skipped steps so far, and [steps, clipped steps]
+        # since the last summary.
+        self.skipped = make_variable("skipped_steps", (), "int64", 0)
+        self.clip_counts = make_variable("clip_counts", (2,), "int64", 0)
+        self.clip = {
+            name: make_variable(f"clip_{name}", shape, dtype, initial)
+            for name, (shape, dtype, initial) in (clip_spec or {}).items()
+        }
+        self.signals = {
+            name: make_variable(name, shape, dtype, initial)
+            for name, (shape, dtype, initial) in (signal_spec or {}).items()
+        }
+        self.histograms: Ring | None = None
+        if layout.buckets is not None:
+            self.histograms = self._histogram_ring(make_variable)
+
+    def _histogram_ring(self, make_variable: VariableFactory) -> Ring:
+        layout = self.layout
+        rows = layout.num_variables * (2 if layout.weights else 1)
+        payloads = [
+            ("counts", (rows, layout.buckets), "int32"),
+            ("ranges", (rows, 3), "float32"),
+        ]
+        return Ring(make_variable, "hist", layout.history, payloads, self.capture)
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        """Every state variable by name."""
+        found = dict(self.scalars.variables)
+        found.update(skipped_steps=self.skipped, clip_counts=self.clip_counts)
+        found.update({f"clip_{name}": v for name, v in self.clip.items()})
+        found.update(self.signals)
+        if self.histograms is not None:
+            found.update(self.histograms.variables)
+        return found
+
+    def values(self) -> dict[str, Any]:
+        """Every state variable's current value, by name (graph tensors
+        inside the step)."""
+        return {k: ops.convert_to_tensor(v) for k, v in self.variables.items()}
+
+    # Inside the step (pure) ------------------------------------------------
+
+    def record(self, values: dict, step: Any, measurement: Measurement) -> dict:
+        """`values` with a summary step's numbers pushed: each field (by
+        name) at its place in the flat row."""
+        parts = []
+        for name, shape in self.layout.scalar_fields():
+            if name == "update":  # measured after the update (`record_updates`)
+                parts.append(ops.full(shape, float("nan")))
+                continue
+            value = getattr(measurement, name)
+            value = value.stack() if name == "totals" else value
+            parts.append(ops.reshape(ops.cast(value, "float32"), [-1]))
+        return self.scalars.push(values, step, [ops.concatenate(parts, 0)])
+
+    def record_updates(self, values: dict, ratios: Any) -> dict:
+        """`values` with the update/weight `ratios` written into the
+        latest summary's row (recorded earlier in the same step)."""
+        return self.scalars.amend(values, self.layout.offset("update"), ratios)
+
+    def record_histograms(
+        self, values: dict, step: Any, hist: HistogramMeasurement
+    ) -> dict:
+        """`values` with a histogram step's bucket counts and ranges pushed
+        (gradient rows, then weight rows)."""
+        counts, ranges = [hist.grad_counts], [hist.grad_range]
+        if self.layout.weights:
+            counts.append(hist.weight_counts)
+            present = ops.ones([self.layout.num_variables, 1])
+            ranges.append(ops.concatenate([hist.weight_range, present], 1))
+        rows = [ops.concatenate(counts, 0), ops.concatenate(ranges, 0)]
+        return self.histograms.push(values, step, rows)
+
+    def latest_values(self) -> Any:
+        """The flat row of the latest summary, as a graph tensor."""
+        return self.scalars.latest(self.values())[0]
+
+    def latest_histograms(self) -> tuple[Any, Any]:
+        """`(counts, ranges)` of the latest histograms, as graph tensors."""
+        counts, ranges = self.histograms.latest(self.values())
+        return counts, ranges
+
+    # Host side -------------------------------------------------------------
+
+    def capture(self, variables: list) -> Sequence[Any]:
+        """The values of `variables` (of this state), captured without
+        waiting for the device (`backend.capture`)."""
+        return backend.capture(variables, self.source, self._readers)
+
+    def counts(self) -> tuple[int, int]:
+        """How many summaries and histogram steps were recorded so far (one
+        or two host reads)."""
+        hist = 0 if self.histograms is None else self.histograms.read_count()
+        return self.scalars.read_count(), hist
+
+    def capture_scalars(self) -> Sequence[Any]:
+        """The scalar ring as array-likes (`Ring.capture`), without waiting."""
+        return self.scalars.capture()
+
+    def capture_histograms(self) -> Sequence[Any] | None:
+        """The histogram ring, or None when histograms are off."""
+        return None if self.histograms is None else self.histograms.capture()
+
+
+class VariableStore:
+    """The state's variables as a store for `backend.update_if`: `read()`
+    their values, `write()` assigns the values that changed.
+
+    Example:
+
+    >>> store = VariableStore(state)  # doctest: +SKIP
+    >>> store.write({**store.read(), "skipped_steps": 1})  # doctest: +SKIP
+    """
+
+    def __init__(self, state: MonitorState) -> None:
+        self.state = state
+        self._read: dict = {}
+
+    def read(self) -> dict:
+        self._read = self.state.values()
+        return dict(self._read)
+
+    def write(self, values: dict) -> None:
+        variables = self.state.variables
+        for name, value in values.items():
+            if value is not self._read.get(name):
+                variables[name].assign(value)
+
+
+class ValueStore:
+    """A dict of state values as a store (JAX's `stateless_apply`, where the
+    caller threads the state): `write()` replaces the values.
+
+    Example:
+
+    >>> store = ValueStore({"n": 0}); store.write({"n": 1}); store.values
+    {'n': 1}
+    """
+
+    def __init__(self, values: dict) -> None:
+        self.values = dict(values)
+
+    def read(self) -> dict:
+        return dict(self.values)
+
+    def write(self, values: dict) -> None:
+        self.values.update(values)
