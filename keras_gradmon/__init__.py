@@ -17,49 +17,51 @@ from keras_gradmon import _registration
 if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.activations.monitor import ActivationMonitor  # noqa: F401
     from keras_gradmon.activations.probe import ActivationSnapshot  # noqa: F401
-    from keras_gradmon.adapters import wrap  # noqa: F401
-    from keras_gradmon.adapters.base import MonitoredOptimizer  # noqa: F401
-    from keras_gradmon.adapters.keras3 import GradientMonitorOptimizer  # noqa: F401
     from keras_gradmon.alerts.delivery import (
         AlertChecker,  # noqa: F401
         GradientAlertError,  # noqa: F401
     )
-    from keras_gradmon.callbacks.activations import (  # noqa: F401
-        ActivationMonitorCallback,
+    from keras_gradmon.callbacks import (
+        ActivationMonitorCallback,  # noqa: F401
+        GradientAlertCallback,  # noqa: F401
+        GradientSummaryCallback,  # noqa: F401
     )
-    from keras_gradmon.callbacks.alerts import GradientAlertCallback  # noqa: F401
-    from keras_gradmon.callbacks.summary import GradientSummaryCallback  # noqa: F401
     from keras_gradmon.columns import (  # noqa: F401
         STATISTICS,
         HistogramSnapshot,
         Snapshot,
     )
     from keras_gradmon.core.config import MonitorConfig  # noqa: F401
+    from keras_gradmon.keras3 import GradientMonitorOptimizer  # noqa: F401
     from keras_gradmon.rl.monitor import RLHealthMonitor  # noqa: F401
     from keras_gradmon.rl.observer import EpisodeObserver  # noqa: F401
     from keras_gradmon.schedule import Schedule  # noqa: F401
     from keras_gradmon.summaries import write_summaries  # noqa: F401
+    from keras_gradmon.wrapping import (
+        MonitoredOptimizer,  # noqa: F401
+        wrap,  # noqa: F401
+    )
 
 __version__ = "0.2.0"
 
 _EXPORTS = {
     "ActivationMonitor": "keras_gradmon.activations.monitor",
-    "ActivationMonitorCallback": "keras_gradmon.callbacks.activations",
+    "ActivationMonitorCallback": "keras_gradmon.callbacks",
     "ActivationSnapshot": "keras_gradmon.activations.probe",
     "AlertChecker": "keras_gradmon.alerts.delivery",
     "EpisodeObserver": "keras_gradmon.rl.observer",
-    "GradientAlertCallback": "keras_gradmon.callbacks.alerts",
+    "GradientAlertCallback": "keras_gradmon.callbacks",
     "GradientAlertError": "keras_gradmon.alerts.delivery",
-    "GradientMonitorOptimizer": "keras_gradmon.adapters.keras3",
-    "GradientSummaryCallback": "keras_gradmon.callbacks.summary",
+    "GradientMonitorOptimizer": "keras_gradmon.keras3",
+    "GradientSummaryCallback": "keras_gradmon.callbacks",
     "HistogramSnapshot": "keras_gradmon.columns",
     "MonitorConfig": "keras_gradmon.core.config",
-    "MonitoredOptimizer": "keras_gradmon.adapters.base",
+    "MonitoredOptimizer": "keras_gradmon.wrapping",
     "RLHealthMonitor": "keras_gradmon.rl.monitor",
     "STATISTICS": "keras_gradmon.columns",
     "Schedule": "keras_gradmon.schedule",
     "Snapshot": "keras_gradmon.columns",
-    "wrap": "keras_gradmon.adapters",
+    "wrap": "keras_gradmon.wrapping",
     "write_summaries": "keras_gradmon.summaries",
 }
 

@@ -22,8 +22,8 @@ from typing import Any
 
 #: The library each adapter registers with.
 _ADAPTERS = {
-    "keras": "keras_gradmon.adapters.keras3",
-    "tf_keras": "keras_gradmon.adapters.tf_keras",
+    "keras": "keras_gradmon.keras3",
+    "tf_keras": "keras_gradmon.legacy.tf_keras",
 }
 #: Imports after which registration is tried: the libraries, and TensorFlow,
 #: which imports tf_keras itself under TF_USE_LEGACY_KERAS=1 (registration

@@ -316,7 +316,7 @@ class TagTable:
         scope: The tag scope every tag is written under (None: unscoped):
             the configured `tag_scope`, or the scope derived when the
             monitor started writing beside another one (see
-            `keras_gradmon.recorders.claims`). Read it here, not from the
+            `keras_gradmon.claims`). Read it here, not from the
             config, for the tags this monitor really writes.
 
     Example:
@@ -585,3 +585,68 @@ class HistogramSnapshot:
             weight_range=ranges[n:, :2] if weights else None,
             has_grad=ranges[:n, 2] > 0,
         )
+
+
+# The rings of recent rows, read on the host ------------------------------------
+
+#: The step of a ring row never written.
+NO_STEP = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One recorded row: its step and its payloads, as NumPy data."""
+
+    step: int
+    payloads: tuple[np.ndarray, ...]
+
+
+class Cursor:
+    """What a host reader has seen of a `Ring`.
+
+    Attributes:
+        seen: The ring's count at the last look.
+        dropped: Rows overwritten before this reader saw them, so far.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.seen = 0
+        self.dropped = 0
+
+    def new(
+        self, count: Any, steps: Any, payloads: Sequence[Any]
+    ) -> tuple[list[Entry], int]:
+        """The rows pushed since the last look, oldest first, and how many
+        more were pushed but already overwritten (also added to `dropped`)."""
+        count = int(count)
+        first = max(self.seen, count - self.capacity)
+        lost = max(0, first - self.seen)
+        self.dropped += lost
+        self.seen = max(self.seen, count)
+        if first >= count:
+            return [], lost
+        steps, arrays = np.asarray(steps), [np.asarray(p) for p in payloads]
+        entries = []
+        for index in range(first, count):
+            slot = index % self.capacity
+            rows = tuple(array[slot] for array in arrays)
+            entries.append(Entry(int(steps[slot]), rows))
+        return entries, lost
+
+
+def unpack(captured: Sequence[Any]) -> tuple[Any, Any, tuple]:
+    """`(count, steps, payloads)` of a captured ring (`Ring.capture`)."""
+    return captured[0], captured[1], tuple(captured[2:])
+
+
+def latest_entry(
+    capacity: int, count: Any, steps: Any, payloads: Sequence[Any]
+) -> Entry | None:
+    """The newest row of a captured ring, or None when nothing was pushed."""
+    count = int(count)
+    if count == 0:
+        return None
+    slot = (count - 1) % capacity
+    rows = tuple(np.asarray(p)[slot] for p in payloads)
+    return Entry(int(np.asarray(steps)[slot]), rows)

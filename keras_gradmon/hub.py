@@ -1,4 +1,6 @@
-"""`Hub`: where every host-side monitor publishes its numbers.
+"""`Recorder`: what every destination of the numbers implements.
+
+`Hub`: where every host-side monitor publishes its numbers.
 
 The gradient writer, the activation monitor, the RL health monitor and the
 alert deliveries each publish a `Publication` (`{tag: value}` scalars,
@@ -24,12 +26,61 @@ import dataclasses
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from keras_gradmon.recorders.base import Recorder
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+
+# ---- from recorders.base ----
+
+@runtime_checkable
+class Recorder(Protocol):
+    """A destination for recorded numbers (TensorBoard, Keras logs, JSON
+    Lines, the console). Recorders never compute statistics: they write
+    what they are given, at the step they are given.
+
+    `destination` names where the numbers land (a directory, a file, an
+    object), so that two monitors writing the same tags to one place are
+    refused; None where nothing can collide (the console).
+
+    Example:
+
+    >>> class Printer:
+    ...     destination = None
+    ...     def write_scalars(self, values, step): print(step, values)
+    ...     def write_histograms(self, histograms, step): pass
+    ...     def write_text(self, tag, lines, step): pass
+    ...     def flush(self): pass
+    ...     def close(self): pass
+    >>> isinstance(Printer(), Recorder)
+    True
+    """
+
+    destination: Any
+
+    def write_scalars(self, values: Mapping[str, float], step: int) -> None:
+        """Writes each `{tag: value}` at `step`."""
+        ...
+
+    def write_histograms(self, histograms: Mapping[str, np.ndarray], step: int) -> None:
+        """Writes each `{tag: [k, 3] (left, right, count) rows}` at `step`."""
+        ...
+
+    def write_text(self, tag: str, lines: Sequence[str], step: int) -> None:
+        """Writes `lines` as one text entry under `tag` at `step`."""
+        ...
+
+    def flush(self) -> None:
+        """Makes everything written so far visible to readers."""
+        ...
+
+    def close(self) -> None:
+        """Flushes and releases the destination (after training ends)."""
+        ...
+
+
+# ---- from hub ----
 
 #: The sources of the built-in publishers.
 GRADIENTS, ACTIVATIONS, RL, ALERTS = "gradients", "activations", "rl", "alerts"

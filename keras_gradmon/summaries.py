@@ -7,7 +7,7 @@ import weakref
 from typing import Any
 
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
-from keras_gradmon.recorders.writer import MonitorWriter
+from keras_gradmon.writer import MonitorWriter
 
 _writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -38,7 +38,7 @@ def write_summaries(optimizer: Any, writer: Any) -> bool:
         keras_gradmon.write_summaries(optimizer, writer)
     ```
     """
-    from keras_gradmon.adapters.base import find_monitored
+    from keras_gradmon.wrapping import find_monitored
 
     monitored = find_monitored(optimizer)
     per_optimizer = _writers.setdefault(monitored.monitor, {})

@@ -14,7 +14,7 @@ import keras
 import numpy as np
 
 from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
-from keras_gradmon.recorders.worker import Worker
+from keras_gradmon.writer import Worker
 from tests.helpers import LOSS, data, mlp
 from tests.reference import load_events, scalar_series
 

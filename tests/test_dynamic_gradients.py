@@ -13,7 +13,6 @@ import pytest
 import tensorflow as tf
 
 from keras_gradmon import GradientMonitorOptimizer
-from keras_gradmon.adapters.stepped import make_tf_variable
 from keras_gradmon.columns import COLUMNS, STATISTICS
 from keras_gradmon.core.clipping import as_gradient
 from keras_gradmon.core.clipping.agc import AdaptiveGradientClip
@@ -23,6 +22,7 @@ from keras_gradmon.core.clipping.global_norm import GlobalNormClip
 from keras_gradmon.core.clipping.zclip import ZClip
 from keras_gradmon.core.config import MonitorConfig
 from keras_gradmon.core.monitor import GradientMonitor
+from keras_gradmon.legacy.stepped import make_tf_variable
 from tests.reference import reference_histogram, reference_statistics
 
 # Row 1 four times, row 3 twice: duplicate indices in one batch.

@@ -37,7 +37,7 @@ def _within(names: set[str], packages: tuple[str, ...]) -> set[str]:
 
 @pytest.mark.parametrize("path", LOWER, ids=lambda p: p.name)
 def test_no_upward_import_from_the_output_layer(path):
-    upward = ("keras_gradmon.adapters", "keras_gradmon.alerts")
+    upward = ("keras_gradmon.wrapping", "keras_gradmon.alerts")
     assert _within(_imports(path, module_level=False), upward) == set()
 
 

@@ -9,8 +9,8 @@ from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
-from keras_gradmon.adapters import packed
 from keras_gradmon.core.histogram import batched_histogram_rows_graph
+from keras_gradmon.legacy import graph_writer as packed
 
 SCALARS = {
     "grad_norm/global": 1.5,

@@ -196,12 +196,12 @@ import sys
 
 import numpy as np
 
-import keras_gradmon.recorders.base
+import keras_gradmon.hub
 import keras_gradmon.core.histogram
 import keras_gradmon.recorders.console
 import keras_gradmon.recorders.jsonl
 import keras_gradmon.recorders.keras_logs
-import keras_gradmon.recorders.worker
+import keras_gradmon.writer
 from keras_gradmon.core.histogram import histogram_rows
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 

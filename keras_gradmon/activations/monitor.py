@@ -36,13 +36,7 @@ from keras_gradmon.alerts.delivery import (
 from keras_gradmon.alerts.engine import AlertEngine
 from keras_gradmon.alerts.events import Alert
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
-from keras_gradmon.hub import (
-    ACTIVATIONS,
-    Hub,
-    Publication,
-    chief_writes,
-    recording_hub,
-)
+from keras_gradmon.hub import ACTIVATIONS, Hub, Publication, chief_writes, recording_hub
 from keras_gradmon.schedule import Frequency, Schedule
 from keras_gradmon.validation import with_overrides
 

@@ -32,12 +32,14 @@ from keras_gradmon.alerts.events import (
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
 from keras_gradmon.columns import (
     GLOBAL,
+    NO_STEP,
+    Cursor,
     TagTable,
     parse,
     tag,
+    unpack,
     variable_statistic,
 )
-from keras_gradmon.core.state import NO_STEP, Cursor, unpack
 from keras_gradmon.hub import (
     ALERTS,
     GRADIENTS,
@@ -402,7 +404,7 @@ class AlertChecker:
     def _attach(
         self, optimizer: Any, engine: AlertEngine, delivery: AlertDelivery
     ) -> None:
-        from keras_gradmon.adapters.base import find_monitored
+        from keras_gradmon.wrapping import find_monitored
 
         self.optimizer = find_monitored(optimizer)
         monitor = self.optimizer.monitor

@@ -217,19 +217,56 @@ def capture(variables: Sequence[Any], source: Callable | None, cache: dict) -> A
     return current().capture(variables, source, cache)
 
 
-def barrier(values: list[Any], zero: Tensor) -> list[Any]:
+def barrier(values: list[Any], step: Tensor) -> list[Any]:
     """Bit-exact copies of `values` (None kept) that the compiler cannot fuse
     into their other readers: the monitor's own reader of the gradients, so
     the inner optimizer's update compiles as it would unwrapped
-    (`graph.exact_copies` on TensorFlow, `lax.optimization_barrier` on
-    JAX). `zero` is a runtime integer 0.
+    (`tensorflow.exact_copies` under XLA, the values themselves outside it;
+    `lax.optimization_barrier` on JAX). `step` is the step tensor, from
+    which TensorFlow makes a runtime 0 its compiler cannot fold.
 
     Example:
 
-    >>> barrier([None], zero)  # doctest: +SKIP
+    >>> barrier([None], step)  # doctest: +SKIP
     [None]
     """
-    return current().barrier(values, zero)
+    return current().barrier(values, step)
+
+
+def values_if(pred: Tensor | bool, variables: list[Any]) -> list[Any]:
+    """The values of `variables` held past their later update where `pred`
+    holds, and nothing weight-sized held where it does not (TensorFlow,
+    whose optimizers update variables in place).
+
+    Example:
+
+    >>> [x.shape for x in values_if(False, [v])]  # doctest: +SKIP
+    [TensorShape([0])]
+    """
+    return current().values_if(pred, variables)
+
+
+def replicas_in_sync() -> int:
+    """How many replicas compute gradients together at this point of a trace
+    (TensorFlow's `tf.distribute`; 1 elsewhere).
+
+    Example:
+
+    >>> replicas_in_sync()
+    1
+    """
+    return current().replicas_in_sync()
+
+
+def replica_sum(values: list[Any]) -> list[Any]:
+    """`values` summed across the replicas in sync (as they are on one).
+
+    Example:
+
+    >>> replica_sum([None])
+    [None]
+    """
+    return current().replica_sum(values)
 
 
 def unconverted(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -129,7 +129,7 @@ def update_if(pred: jax.Array, fn: Callable[[dict], dict], store: Any) -> None:
     store.write(jax.lax.cond(pred, fn, lambda v: v, values))
 
 
-def barrier(values: list, zero: Any) -> list:
+def barrier(values: list, step: Any) -> list:
     """`lax.optimization_barrier` of the arrays of `values` (None kept).
 
     Example:
@@ -140,6 +140,41 @@ def barrier(values: list, zero: Any) -> list:
     present = [v for v in values if v is not None]
     copies = iter(jax.lax.optimization_barrier(present))
     return [None if v is None else next(copies) for v in values]
+
+
+def values_if(pred: Any, variables: list) -> list:
+    """The variables' values: JAX's optimizers return new values rather than
+    update in place, so nothing needs holding.
+
+    Example:
+
+    >>> values_if(True, [])
+    []
+    """
+    del pred
+    return [jnp.asarray(v) for v in variables]
+
+
+def replicas_in_sync() -> int:
+    """1: Keras on JAX distributes by sharding, not replicas of a step.
+
+    Example:
+
+    >>> replicas_in_sync()
+    1
+    """
+    return 1
+
+
+def replica_sum(values: list) -> list:
+    """`values`, as they are (one replica).
+
+    Example:
+
+    >>> replica_sum([None])
+    [None]
+    """
+    return list(values)
 
 
 @jax.jit

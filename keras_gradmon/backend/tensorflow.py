@@ -151,7 +151,7 @@ def exact_copies(grads: list[Any], zero: tf.Tensor) -> list[Any]:
     return copies
 
 
-def values_if(pred: tf.Tensor, variables: list[Any]) -> list[tf.Tensor]:
+def values_if(pred: tf.Tensor | bool, variables: list[Any]) -> list[tf.Tensor]:
     """The values of `variables` where `pred` holds, held past later
     updates of the variables (an update then copies the buffer first, as
     TensorFlow does for a value still in use); else empty tensors: no
@@ -168,6 +168,9 @@ def values_if(pred: tf.Tensor, variables: list[Any]) -> list[tf.Tensor]:
 
     def held() -> list[tf.Tensor]:
         return [tf.identity(tf.convert_to_tensor(v)) for v in variables]
+
+    if pred is True:
+        return held()
 
     def empty() -> list[tf.Tensor]:
         if in_xla_context():
@@ -299,9 +302,28 @@ def capture(variables, source, cache: dict) -> tuple:
     return tuple(read() for read in readers)
 
 
-def barrier(values: list, zero: tf.Tensor) -> list:
-    """`graph.exact_copies`."""
+def barrier(values: list, step: tf.Tensor) -> list:
+    """`exact_copies` under XLA (with a runtime 0 made from `step`); the
+    values themselves outside it, where nothing fuses across the
+    conditional."""
+    if not in_xla_context():
+        return list(values)
+    zero = tf.cast(tf.less(step, 0), tf.int32)
     return exact_copies(values, zero)
+
+
+def replicas_in_sync() -> int:
+    """`distribute.replicas_in_sync`."""
+    from keras_gradmon.backend import distribute
+
+    return distribute.replicas_in_sync()
+
+
+def replica_sum(values: list) -> list:
+    """`distribute.all_reduce_sum`."""
+    from keras_gradmon.backend import distribute
+
+    return distribute.all_reduce_sum(values)
 
 
 class Reader:

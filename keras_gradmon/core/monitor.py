@@ -50,7 +50,14 @@ import numpy as np
 from keras import ops
 
 from keras_gradmon import backend
-from keras_gradmon.columns import HistogramSnapshot, Snapshot, TagTable
+from keras_gradmon.columns import (
+    NO_STEP,
+    HistogramSnapshot,
+    Snapshot,
+    TagTable,
+    latest_entry,
+    unpack,
+)
 from keras_gradmon.core.clipping import as_gradient
 from keras_gradmon.core.clipping.base import global_norm_of
 from keras_gradmon.core.config import MonitorConfig
@@ -63,13 +70,10 @@ from keras_gradmon.core.measurement import (
 )
 from keras_gradmon.core.signals import StepSignals, update_ratios
 from keras_gradmon.core.state import (
-    NO_STEP,
     Layout,
     MonitorState,
     VariableFactory,
     VariableStore,
-    latest_entry,
-    unpack,
 )
 from keras_gradmon.naming import match_groups, unique_paths
 from keras_gradmon.schedule import Schedule
@@ -255,7 +259,7 @@ class GradientMonitor(EveryStep):
     Example:
 
     >>> monitor = GradientMonitor(MonitorConfig(every_n_steps=1))
-    >>> from keras_gradmon.adapters.stepped import make_tf_variable
+    >>> from keras_gradmon.legacy.stepped import make_tf_variable
     >>> monitor.build([tf.Variable([1.0, 2.0], name="w")], make_tf_variable)
     >>> _ = monitor.process(tf.constant(0), [tf.constant([3.0, 4.0])], [0])
     >>> monitor.snapshot().totals["grad_norm"]
@@ -388,7 +392,7 @@ class GradientMonitor(EveryStep):
         Args:
             due: What `measure` returned for this step.
             old: The weights before the update, by row (on TensorFlow, the
-                copies `graph.copies_if(due.scalars, ...)` made).
+                values `weights_before` held).
             new: The weights after it, by row.
             store: As for `measure`.
         """
@@ -401,6 +405,30 @@ class GradientMonitor(EveryStep):
             return self.state.record_updates(values, ratios)
 
         backend.update_if(due.scalars, record, store or VariableStore(self.state))
+
+    def weights_before(
+        self, due: Due, variables: Sequence[Any], rows: Sequence[int]
+    ) -> dict[int, Any] | None:
+        """The weights before the inner optimizer's update, by row, where the
+        update ratios are due (`backend.values_if`: nothing weight-sized held
+        on other steps); None when no update ratio is recorded. For the
+        frameworks that update the variables in place (TensorFlow); JAX's
+        `stateless_apply` has both values already."""
+        if not self.layout.updates or due.scalars is False:
+            return None
+        return dict(zip(rows, backend.values_if(due.scalars, list(variables))))
+
+    def record_updates(
+        self,
+        due: Due,
+        before: Mapping[int, Any] | None,
+        variables: Sequence[Any],
+        rows: Sequence[int],
+    ) -> None:
+        """`measure_updates` from `weights_before`'s values to the variables'
+        values now (read inside the due branch)."""
+        if before is not None:
+            self.measure_updates(due, before, dict(zip(rows, variables)))
 
     def _weights(
         self, given: Mapping[int, Any] | None, force: bool = False

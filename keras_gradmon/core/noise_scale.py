@@ -74,7 +74,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -296,6 +296,28 @@ class Replicas:
 
     count: int
     part_sq_mean: Any
+
+
+def replicas(grads: Sequence[Any], count: int, scale: Any) -> Replicas:
+    """The `count` replicas' parts, from this replica's `grads` (called in
+    the replica context, before they are summed; `scale`: the loss scale
+    they carry, or None). A replica's part is its gradient times `count`,
+    so that the parts' mean is the summed gradient.
+
+    Example:
+
+    >>> replicas([None], 1, None).count
+    1
+    """
+    local = ops.zeros((), "float32")
+    for grad in grads:
+        if grad is not None:
+            grad = ops.cast(backend.densify(grad), "float32")
+            local = local + ops.sum(ops.square(grad))
+    if scale is not None:
+        local = local / ops.square(ops.cast(scale, "float32"))
+    [total] = backend.replica_sum([local])
+    return Replicas(count, total * float(count))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,40 +1,23 @@
 """The monitor's state: its variables (`MonitorState`), created once,
 written by field name inside the train step as pure functions of their
 values (`VariableStore`, `ValueStore`), with the last K summaries kept in
-rings (`Ring`) so that none is lost between two host reads, and read
-back on the host (`Cursor`: every row not seen yet, in step order).
-
-The last K recorded summaries, kept in the monitor's state so that no
-recorded step is lost between two host reads.
+rings (`Ring`) so that none is lost between two host reads.
 
 A train step that calls `apply_gradients` several times per batch (a WGAN's
 critic steps, `steps_per_execution`, an n-critic loop) records several
 summaries before the host looks. Each summary is pushed into a ring of
 `capacity` rows; the host captures the whole ring with a few raw variable
-reads, and a `Cursor` hands out every row it has not seen yet, in step
-order, and counts the rows that were overwritten before it looked.
-
-Example:
-
->>> cursor = Cursor(capacity=4)
->>> count, steps = 6, np.array([4, 5, 2, 3])      # rows of steps 2..5
->>> [entry.step for entry in cursor.new(count, steps, [np.arange(4)])[0]]
-[2, 3, 4, 5]
->>> cursor.dropped                                # steps 0 and 1 were lost
-2
-
-The monitor's variables: created once, assigned by field name inside the
-train step, read back on the host as plain NumPy numbers.
+reads (`keras_gradmon.columns.Cursor` hands out the rows it has not seen).
 
 Every scalar a summary writes lives in one of a few packed fields (`totals`,
-`groups`, `grad`, `weight`, `ratio`); `Layout` gives each field its offset in
-one flat vector, which is what the tag table (`keras_gradmon.columns`) indexes
-and what one compiled read brings back.
+`groups`, `grad`, `weight`, `ratio`, `update`); `Layout` gives each field
+its offset in one flat vector, which is what the tag table
+(`keras_gradmon.columns.TagTable`) indexes and what one compiled read brings
+back.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,13 +25,15 @@ import numpy as np
 from keras import ops
 
 from keras_gradmon import backend
-from keras_gradmon.columns import Layout
+from keras_gradmon.columns import NO_STEP, Layout
 from keras_gradmon.core.measurement import (
     HistogramMeasurement,
     Measurement,
 )
 
-NO_STEP = -1
+#: A function that creates one state variable:
+#: `make_variable(name, shape, dtype, initial_value)`.
+VariableFactory = Callable[[str, tuple, str, float], Any]
 
 
 class Ring:
@@ -139,70 +124,6 @@ class Ring:
 def _put_row(current: Any, slot: Any, row: Any) -> Any:
     row = ops.expand_dims(ops.cast(row, current.dtype), 0)
     return ops.scatter_update(current, slot, row)
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    """One recorded row: its step and its payloads, as NumPy data."""
-
-    step: int
-    payloads: tuple[np.ndarray, ...]
-
-
-class Cursor:
-    """What a host reader has seen of a `Ring`.
-
-    Attributes:
-        seen: The ring's count at the last look.
-        dropped: Rows overwritten before this reader saw them, so far.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.seen = 0
-        self.dropped = 0
-
-    def new(
-        self, count: Any, steps: Any, payloads: Sequence[Any]
-    ) -> tuple[list[Entry], int]:
-        """The rows pushed since the last look, oldest first, and how many
-        more were pushed but already overwritten (also added to `dropped`)."""
-        count = int(count)
-        first = max(self.seen, count - self.capacity)
-        lost = max(0, first - self.seen)
-        self.dropped += lost
-        self.seen = max(self.seen, count)
-        if first >= count:
-            return [], lost
-        steps, arrays = np.asarray(steps), [np.asarray(p) for p in payloads]
-        entries = []
-        for index in range(first, count):
-            slot = index % self.capacity
-            rows = tuple(array[slot] for array in arrays)
-            entries.append(Entry(int(steps[slot]), rows))
-        return entries, lost
-
-
-def unpack(captured: Sequence[Any]) -> tuple[Any, Any, tuple]:
-    """`(count, steps, payloads)` of a captured ring (`Ring.capture`)."""
-    return captured[0], captured[1], tuple(captured[2:])
-
-
-def latest_entry(
-    capacity: int, count: Any, steps: Any, payloads: Sequence[Any]
-) -> Entry | None:
-    """The newest row of a captured ring, or None when nothing was pushed."""
-    count = int(count)
-    if count == 0:
-        return None
-    slot = (count - 1) % capacity
-    rows = tuple(np.asarray(p)[slot] for p in payloads)
-    return Entry(int(np.asarray(steps)[slot]), rows)
-
-
-#: A function that creates one state variable:
-#: `make_variable(name, shape, dtype, initial_value)`.
-VariableFactory = Callable[[str, tuple, str, float], Any]
 
 
 class MonitorState:

@@ -23,13 +23,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_gradmon.adapters import wrap
-from keras_gradmon.adapters.base import MonitoredOptimizer, find_monitor
-from keras_gradmon.adapters.stepped import (
-    StepAdapter,
-    check_int64_step,
-    measuring,
-)
+from keras_gradmon.legacy.stepped import StepAdapter, check_int64_step, measuring
+from keras_gradmon.wrapping import MonitoredOptimizer, find_monitor, wrap
 
 #: The constructor arguments through which tf-agents' agents take
 #: optimizers, and the tag scope each gets when an agent takes several.

@@ -1,6 +1,23 @@
-"""Writes scalars, histograms and text to a TensorBoard event file, with
+"""TFRecord framing for event files, with a CRC-32C computed in C.
+
+TensorBoard's own `RecordWriter` computes each record's masked CRC-32C in
+Python, byte by byte (about 1 ms for a summary of a hundred tags), on the
+writing thread and holding the interpreter lock; where TensorFlow is not
+imported (Keras on JAX) nothing else writes the file. `google_crc32c`'s C
+implementation makes it microseconds.
+
+Example:
+
+>>> import io
+>>> buffer = io.BytesIO()
+>>> RecordWriter(buffer).write(b"abc")
+>>> len(buffer.getvalue())           # length, its CRC, data, its CRC
+19
+
+Writes scalars, histograms and text to a TensorBoard event file, with
 TensorBoard's own event-file writer and protocol buffers: writing to a log
-directory never imports TensorFlow (Keras on JAX or PyTorch needs none)."""
+directory never imports TensorFlow (Keras on JAX or PyTorch needs none).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +26,7 @@ import contextlib
 import itertools
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -16,15 +34,45 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import google_crc32c
 import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.plugins.text import metadata as text_metadata
+from tensorboard.summary.writer import record_writer
 from tensorboard.summary.writer.event_file_writer import EventFileWriter, _AsyncWriter
 from tensorboard.util import tensor_util
 
-from keras_gradmon.recorders.records import RecordWriter
+# ---- from recorders.records ----
+
+_MASK_DELTA = 0xA282EAD8
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC-32C of `data`.
+
+    Example:
+
+    >>> from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+    >>> masked_crc32c(b"abc") == pywrap_tensorflow.masked_crc32c(b"abc")
+    True
+    """
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+class RecordWriter(record_writer.RecordWriter):
+    """TensorBoard's `RecordWriter`, its checksums computed in C."""
+
+    def write(self, data: bytes) -> None:
+        header = struct.pack("<Q", len(data))
+        header_crc = struct.pack("<I", masked_crc32c(header))
+        footer_crc = struct.pack("<I", masked_crc32c(data))
+        self._writer.write(header + header_crc + data + footer_crc)
+
+
+# ---- from recorders.tensorboard ----
 
 #: Numbers the event files of this process: two files opened in one second
 #: (the time in a file name has seconds only) get different names.

@@ -8,7 +8,7 @@ import tensorflow as tf
 from tf_agents.utils import common
 
 import keras_gradmon
-from keras_gradmon.adapters.tf_keras import TfKerasGradientMonitorOptimizer
+from keras_gradmon.legacy.tf_keras import TfKerasGradientMonitorOptimizer
 from tests.agents.helpers import loss_gradients, make_agent, make_batch
 from tests.reference import load_events, scalar_series
 

@@ -28,8 +28,8 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common
 
 import keras_gradmon
-from keras_gradmon.adapters.base import MonitoredOptimizer
 from keras_gradmon.integrations import tf_agents as tf_agents_integration
+from keras_gradmon.wrapping import MonitoredOptimizer
 from tests.agents.helpers import (
     AGENT_CASES,
     OBS,

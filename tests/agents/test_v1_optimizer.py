@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 import keras_gradmon
-from keras_gradmon.adapters.tf_v1 import V1GradientMonitorOptimizer
 from keras_gradmon.columns import COLUMNS
+from keras_gradmon.legacy.tf_v1 import V1GradientMonitorOptimizer
 from tests.conftest import compile_fn
 from tests.reference import (
     assert_statistics_close,

@@ -15,8 +15,8 @@ from tensorflow.python.ops import summary_ops_v2
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.agents.dqn.examples.v2 import train_eval
 
-from keras_gradmon.adapters.tf_v1 import V1GradientMonitorOptimizer
 from keras_gradmon.integrations.tf_agents import monitored
+from keras_gradmon.legacy.tf_v1 import V1GradientMonitorOptimizer
 from tests.reference import load_events, scalar_series
 
 #: A few iterations of the example, small everywhere; summaries every 3 steps.

@@ -13,7 +13,7 @@ import pytest
 
 import keras_gradmon
 from keras_gradmon.activations.probe import ACTIVATION_STATISTICS
-from keras_gradmon.callbacks.steps import live_optimizer_step
+from keras_gradmon.callbacks import live_optimizer_step
 from tests.activations import models
 from tests.activations.models import reference_statistics
 from tests.jax import activations_side as side

@@ -9,8 +9,8 @@ import pytest
 
 import keras_gradmon
 from keras_gradmon.hub import Hub
-from keras_gradmon.recorders.writer import MonitorWriter
 from keras_gradmon.rl.monitor import RLHealthMonitor, RLOptions
+from keras_gradmon.writer import MonitorWriter
 from tests.activations.models import reference_statistics
 from tests.agents.helpers import loss_gradients, make_agent, make_batch
 from tests.test_hub import CsvRecorder, read_csv

@@ -1,16 +1,33 @@
 """What every adapter shares, written once: delegation to the inner optimizer,
-the options a wrapper is built from, and reading back what it recorded."""
+the options a wrapper is built from, and reading back what it recorded.
+
+Which kind of optimizer this is, and so which adapter wraps it. Nothing
+is imported here: an optimizer of a library that was never imported cannot
+exist, so only the libraries already loaded are asked.
+
+The adapters: one per optimizer framework, each a thin layer of framework
+glue around the one core, `keras_gradmon.core.monitor.GradientMonitor`.
+
+- `keras3.GradientMonitorOptimizer`: Keras 3 optimizers.
+- `tf_keras.TfKerasGradientMonitorOptimizer`: tf_keras optimizers.
+- `tf_v1.V1GradientMonitorOptimizer`: `tf.compat.v1.train` optimizers.
+
+`wrap` picks the adapter.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from keras_gradmon.columns import HistogramSnapshot, Snapshot
 from keras_gradmon.core.config import MonitorConfig
 from keras_gradmon.core.monitor import GradientMonitor
+
+# ---- from adapters.base ----
 
 _NOT_A_SCOPE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
@@ -105,7 +122,7 @@ def find_monitor(optimizer: Any) -> GradientMonitor | None:
 def check_not_monitored(optimizer: Any, argument: str = "optimizer") -> None:
     """Refuses to wrap an optimizer that already holds a monitor: both would
     record the same statistics, and clip twice."""
-    from keras_gradmon.adapters.kinds import SUPPORTED
+    from keras_gradmon.wrapping import SUPPORTED
 
     if find_monitor(optimizer) is not None:
         raise ValueError(
@@ -249,3 +266,100 @@ def set_variables(wrapper: Any, weights: list) -> None:
                 f"not compatible with the provided weight shape {weight.shape}."
             )
         variable.assign(weight)
+
+
+# ---- from adapters.kinds ----
+
+#: The kinds `wrap` accepts, as the error messages list them.
+SUPPORTED = (
+    "a Keras 3 optimizer (`keras.optimizers.Adam(...)`), a tf_keras optimizer "
+    "(`tf.keras.optimizers.Adam(...)` under TF_USE_LEGACY_KERAS=1, new-style or "
+    "`tf.keras.optimizers.legacy`), or a `tf.compat.v1.train.Optimizer` "
+    "(`tf.compat.v1.train.AdamOptimizer(...)`)"
+)
+
+
+def kind_of(optimizer: Any) -> str | None:
+    """ "keras3", "tf_keras" or "tf_v1", or None for anything else.
+
+    Example:
+
+    >>> kind_of(tf.compat.v1.train.AdamOptimizer(1e-3))  # doctest: +SKIP
+    'tf_v1'
+    """
+    keras = sys.modules.get("keras")
+    optimizers = getattr(keras, "optimizers", None)
+    if optimizers is not None and isinstance(optimizer, optimizers.Optimizer):
+        return "keras3"
+    tf_keras = sys.modules.get("tf_keras")
+    if tf_keras is not None and isinstance(
+        optimizer,
+        (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer),
+    ):
+        return "tf_keras"
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        return "tf_v1"
+    return None
+
+
+def unsupported_error(optimizer: Any, argument: str = "optimizer") -> ValueError:
+    """The error for an `optimizer` no adapter wraps, naming the `argument`
+    it came in."""
+    hint = ""
+    if isinstance(optimizer, str):
+        hint = " (a name: construct the optimizer first)"
+    return ValueError(
+        f"`{argument}` must be {SUPPORTED}{hint}. Received: {argument}="
+        f"{optimizer!r} (of type {type(optimizer).__module__}."
+        f"{type(optimizer).__qualname__})"
+    )
+
+
+# ---- from adapters ----
+
+def wrap(optimizer: Any, config: Any = None, name: str | None = None, **options: Any):
+    """Wraps `optimizer` in the monitor adapter of its kind.
+
+    Args:
+        optimizer: A Keras 3, tf_keras or `tf.compat.v1.train` optimizer.
+        config: A `MonitorConfig` (or a dict of its options).
+        name: The wrapper's name; also its default `tag_scope`.
+        **options: `MonitorConfig` options, and `step=` (an integer
+            `tf.Variable` to record against) for tf_keras and
+            `tf.compat.v1.train` optimizers.
+
+    Returns:
+        The wrapper: an optimizer of the same framework as `optimizer`.
+
+    Raises:
+        ValueError: For anything that is not an optimizer of a supported
+            kind, or an optimizer that is already monitored.
+
+    Example:
+
+    >>> optimizer = keras_gradmon.wrap(
+    ...     tf.compat.v1.train.AdamOptimizer(1e-3), every_n_steps=100
+    ... )  # doctest: +SKIP
+    """
+    check_not_monitored(optimizer)
+    kind = kind_of(optimizer)
+    if kind == "keras3":
+        from keras_gradmon.keras3 import GradientMonitorOptimizer
+
+        if "step" in options:
+            raise ValueError(
+                "`step` is for tf_keras and tf.compat.v1.train optimizers; a "
+                "Keras 3 wrapper records against the optimizer's `iterations`. "
+                f"Received: step={options['step']!r}"
+            )
+        return GradientMonitorOptimizer(optimizer, config=config, name=name, **options)
+    if kind == "tf_keras":
+        from keras_gradmon.legacy.tf_keras import TfKerasGradientMonitorOptimizer
+
+        return TfKerasGradientMonitorOptimizer(optimizer, config, name, **options)
+    if kind == "tf_v1":
+        from keras_gradmon.legacy.tf_v1 import V1GradientMonitorOptimizer
+
+        return V1GradientMonitorOptimizer(optimizer, config, name, **options)
+    raise unsupported_error(optimizer)

@@ -20,10 +20,12 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from keras_gradmon.adapters.base import ConfigFromInner, forwarded
-from keras_gradmon.adapters.stepped import StepAdapter
 from keras_gradmon.backend import distribute
 from keras_gradmon.backend.tensorflow import unconverted
+from keras_gradmon.legacy.stepped import StepAdapter
+from keras_gradmon.wrapping import ConfigFromInner, forwarded
+
+# ---- from adapters.tf_keras ----
 
 _NEW_BASE = tf_keras.optimizers.Optimizer
 _CLASSIC_BASE = tf_keras.optimizers.legacy.Optimizer
@@ -206,6 +208,3 @@ class TfKerasGradientMonitorOptimizer(ConfigFromInner, StepAdapter, _CLASSIC_BAS
 
     _serialize = staticmethod(tf_keras.optimizers.serialize)
     _deserialize = staticmethod(tf_keras.optimizers.deserialize)
-
-
-__all__ = ["TfKerasGradientMonitorOptimizer", "is_tf_keras_optimizer"]

@@ -1,6 +1,7 @@
 """`V1GradientMonitorOptimizer`: the adapter for `tf.compat.v1.train`
 optimizers, which tf-agents' own training examples pass to their agents
-(`tf.compat.v1.train.AdamOptimizer(learning_rate=...)`)."""
+(`tf.compat.v1.train.AdamOptimizer(learning_rate=...)`).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_gradmon.adapters.stepped import StepAdapter, make_tf_variable
 from keras_gradmon.backend import distribute
 from keras_gradmon.backend.tensorflow import unconverted
+from keras_gradmon.legacy.stepped import StepAdapter, make_tf_variable
+
+# ---- from adapters.tf_v1 ----
 
 _V1_BASE = tf.compat.v1.train.Optimizer
 

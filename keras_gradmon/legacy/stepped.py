@@ -1,7 +1,8 @@
 """`StepAdapter`: what the adapters that record against a step variable of
 the caller's (tf_keras, `tf.compat.v1.train`) share: the constructor, one
 monitor row per variable, in the order the variables were created, and the
-in-step work (measure, write), left out of a trace that does not measure."""
+in-step work (measure, write), left out of a trace that does not measure.
+"""
 
 from __future__ import annotations
 
@@ -12,19 +13,20 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_gradmon.adapters import noise_parts
-from keras_gradmon.adapters.base import (
+from keras_gradmon.backend import distribute
+from keras_gradmon.core.config import MonitorConfig
+from keras_gradmon.core.measurement import Due, Processed
+from keras_gradmon.core.monitor import GradientMonitor
+from keras_gradmon.core.noise_scale import replicas
+from keras_gradmon.legacy.graph_writer import write_recorded
+from keras_gradmon.wrapping import (
     MonitoredOptimizer,
     check_not_monitored,
     present_rows,
     resolve_config,
 )
-from keras_gradmon.adapters.graph_writer import write_recorded
-from keras_gradmon.adapters.updates import record_updates, weights_before
-from keras_gradmon.backend import distribute
-from keras_gradmon.core.config import MonitorConfig
-from keras_gradmon.core.measurement import Due, Processed
-from keras_gradmon.core.monitor import GradientMonitor
+
+# ---- from adapters.stepped ----
 
 _MEASURING = contextvars.ContextVar("keras_gradmon_measuring", default=True)
 
@@ -118,7 +120,7 @@ class StepAdapter(MonitoredOptimizer):
         **options: Any,
     ) -> None:
         if not self._accepts(inner_optimizer):
-            from keras_gradmon.adapters.kinds import unsupported_error
+            from keras_gradmon.wrapping import unsupported_error
 
             raise unsupported_error(inner_optimizer, "inner_optimizer")
         check_not_monitored(inner_optimizer, "inner_optimizer")
@@ -152,7 +154,7 @@ class StepAdapter(MonitoredOptimizer):
         count = distribute.replicas_in_sync()
         if self.monitor.signals.noise is None or count < 2:
             return None
-        return noise_parts.replicas(grads, count, None)
+        return replicas(grads, count, None)
 
     def _applied(
         self,
@@ -174,10 +176,10 @@ class StepAdapter(MonitoredOptimizer):
         ordered = tf.inside_function() or tf.executing_eagerly()
         if ordered:
             with tf.name_scope(self.name):
-                before = weights_before(monitor, done.due, variables, indices)
+                before = monitor.weights_before(done.due, variables, indices)
         result = apply()
         with tf.name_scope(self.name):
-            record_updates(monitor, done.due, before, variables, indices)
+            monitor.record_updates(done.due, before, variables, indices)
             present = present_rows(grads, indices)
             write_recorded(monitor, step, done.due, present, self.name)
         return result
