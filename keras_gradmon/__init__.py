@@ -36,11 +36,8 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.rl.monitor import RLHealthMonitor  # noqa: F401
     from keras_gradmon.rl.observer import EpisodeObserver  # noqa: F401
     from keras_gradmon.schedule import Schedule  # noqa: F401
-    from keras_gradmon.summaries import write_summaries  # noqa: F401
-    from keras_gradmon.wrapping import (
-        MonitoredOptimizer,  # noqa: F401
-        wrap,  # noqa: F401
-    )
+    from keras_gradmon.watch import wrap, write_summaries  # noqa: F401
+    from keras_gradmon.wrapping import MonitoredOptimizer  # noqa: F401
 
 __version__ = "0.2.0"
 
@@ -61,8 +58,8 @@ _EXPORTS = {
     "STATISTICS": "keras_gradmon.columns",
     "Schedule": "keras_gradmon.schedule",
     "Snapshot": "keras_gradmon.columns",
-    "wrap": "keras_gradmon.wrapping",
-    "write_summaries": "keras_gradmon.summaries",
+    "wrap": "keras_gradmon.watch",
+    "write_summaries": "keras_gradmon.watch",
 }
 
 __all__ = sorted(_EXPORTS)

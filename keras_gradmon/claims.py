@@ -16,10 +16,9 @@ the console (logger "keras_gradmon"). Two monitors whose derived scopes tie
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import weakref
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from keras_gradmon.columns import GLOBAL, tag
@@ -144,7 +143,12 @@ def _scope_for(monitor: Any, destinations: list, label: str) -> tuple:
     return None, None
 
 
-def claim_monitor(monitor: Any, destinations: list, label: str) -> str | None:
+def claim_monitor(
+    monitor: Any,
+    destinations: list,
+    label: str,
+    announce: Callable[[Any, str, str], None] | None = None,
+) -> str | None:
     """Claims a built `monitor`'s tag scope at each of `destinations`; an
     unnamed monitor that would collide with another unscoped one gets a
     scope derived from what it trains (`monitor.use_scope`), written to the
@@ -152,10 +156,12 @@ def claim_monitor(monitor: Any, destinations: list, label: str) -> str | None:
 
     Args:
         monitor: A built `GradientMonitor`.
-        destinations: Destinations (log directory paths, `tf.summary`
-            writers), or recorders (the announcement then goes through
-            their `write_text`; those without a `destination` are skipped).
+        destinations: Recorders (the announcement goes through their
+            `write_text`; those without a `destination` are skipped), or
+            destinations themselves (`tf.summary` writers).
         label: How messages name the monitor (its optimizer's name).
+        announce: `announce(destination, tag, text)` writes the derived
+            scope's announcement to a destination that is no recorder.
 
     Returns:
         The monitor's tag scope (`monitor.tags.scope`).
@@ -185,9 +191,15 @@ def claim_monitor(monitor: Any, destinations: list, label: str) -> str | None:
     text = announcement(monitor, label, beside)
     if beside is not None:
         logger.warning(text)
+    name = tag(SCOPE_TEXT, scope)
     for destination, item, writes_text in targets.values():
-        if any(destination is d for d in fresh):
-            _write_text(destination, item if writes_text else None, scope, text)
+        if not any(destination is d for d in fresh):
+            continue
+        if writes_text:  # once, at step 0
+            item.write_text(name, [text], 0)
+            item.flush()
+        elif announce is not None:
+            announce(destination, name, text)
     return scope
 
 
@@ -201,29 +213,3 @@ def announcement(monitor: Any, label: str, beside: str | None) -> str:
         f"derived from what it trains ({describe_paths(monitor.paths)}){why}. "
         "Pass `name=` (or `tag_scope=`) to the wrapper to choose the scope."
     )
-
-
-def _write_text(destination: Any, recorder: Any, scope: str, text: str) -> None:
-    """Writes `text` once to `destination` as the `tag_scope/<scope>` text
-    summary at step 0: through `recorder` when given; else to a log
-    directory (a file such as a JSON Lines one gets nothing) or a
-    `tf.summary` writer, eagerly even while a `tf.function` is traced."""
-    import tensorflow as tf
-
-    from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
-
-    name = tag(SCOPE_TEXT, scope)
-    if recorder is not None:
-        recorder.write_text(name, [text], 0)
-        recorder.flush()
-    elif isinstance(destination, str):
-        if os.path.isdir(destination):
-            own = TensorBoardRecorder(log_dir=destination)
-            own.write_text(name, [text], 0)
-            own.close()
-    else:
-        with tf.init_scope():
-            if tf.executing_eagerly():
-                with tf.summary.record_if(True):
-                    TensorBoardRecorder(writer=destination).write_text(name, [text], 0)
-                destination.flush()

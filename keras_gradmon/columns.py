@@ -49,15 +49,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from keras_gradmon.core.config import MonitorConfig
-    from keras_gradmon.core.monitor import GradientMonitor
-
 
 #: The statistics computed for every tensor, in storage order. Each is one
 #: module, `keras_gradmon/stats/statistics/<name>.py`: the reductions it
@@ -80,27 +76,102 @@ STATISTICS: tuple[str, ...] = (
 #: variable had a gradient at that step (1.0) or not (0.0).
 COLUMNS: tuple[str, ...] = (*STATISTICS, "present")
 
-#: The step-wide scalars of a summary, in storage order.
-TOTALS: tuple[str, ...] = (
-    "grad_norm",  # L2 norm of all (finite) gradient elements
-    "weight_norm",  # L2 norm of all weights
-    "grad_nonfinite",  # number of NaN/Inf gradient elements
-    "grad_missing",  # number of variables whose gradient was None
-    "clip_pre_norm",  # global norm before clipping (NaN/Inf included)
-    "clip_post_norm",  # global norm after clipping
-    "clip_scale",  # post / pre norm (1 when the pre norm is 0)
-    "clip_fraction",  # fraction of steps clipped since the previous summary
-    "skipped_steps",  # steps skipped so far (skip_nonfinite or a loss scaler)
-    "loss_scale",  # a wrapped loss scaler's scale (else NaN)
-    "spike_max_norm",  # largest global norm since the previous summary
-    "spike_min_norm",  # smallest global norm since the previous summary
-    "spike_max_step",  # the step of the largest
-    "spike_skipped",  # steps skipped as spikes so far (skip_spikes)
-    "noise_batch_ratio",  # B_simple / the batch of the update
-    "noise_b_simple",  # B_simple in examples (with the batch size given)
-    "noise_grad_sq",  # EMA of the unbiased |G|^2 estimate
-    "noise_trace",  # EMA of the unbiased tr(Sigma) estimate
+#: The subject of the numbers that describe all variables together.
+GLOBAL = "global"
+
+#: The things a monitor may be set to do (`MonitorConfig.features`); each
+#: number of the summary row is written when its feature is on.
+FEATURES: tuple[str, ...] = (
+    "always",
+    "weights",  # weight statistics (`weight_statistics`)
+    "per_variable",  # per-variable numbers (`per_variable`)
+    "updates",  # update/weight ratios (`update_statistics`)
+    "clip",  # a clipping rule
+    "skip",  # steps may be skipped (`skip_nonfinite`, a loss scaler, spikes)
+    "loss_scale",  # a wrapped loss scaler
+    "spikes",  # `track_spikes`
+    "skip_spikes",  # `skip_spikes`
+    "noise",  # `noise_scale`
+    "noise_examples",  # `noise_scale` with its `batch_size`
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Total:
+    """One step-wide number of the summary row.
+
+    Attributes:
+        name: Its name: its place in the row's `totals` field (the order of
+            `TOTAL_COLUMNS`), and its key where the step computes it.
+        statistic, subject: The tag it is written under
+            (`<statistic>/[<scope>/]<subject>`).
+        when: The feature that writes it (one of `FEATURES`); a number of a
+            feature that is off is NaN in the row, and not written.
+        doc: What it is.
+    """
+
+    name: str
+    statistic: str
+    subject: str
+    when: str
+    doc: str
+
+
+#: The step-wide numbers of a summary, in storage order: the one table that
+#: the state's `totals` field, the computed totals (by name), the tag table
+#: and every writer derive from.
+TOTAL_COLUMNS: tuple[Total, ...] = (
+    Total("grad_norm", "grad_norm", GLOBAL, "always",
+          "L2 norm of all finite gradient elements"),
+    Total("weight_norm", "weight_norm", GLOBAL, "weights",
+          "L2 norm of all weights"),
+    Total("grad_nonfinite", "grad_nonfinite", GLOBAL, "always",
+          "NaN/Inf gradient elements"),
+    Total("grad_missing", "grad_missing", GLOBAL, "always",
+          "variables without a gradient"),
+    Total("clip_pre_norm", "clip", "pre_norm", "clip",
+          "global norm before clipping"),
+    Total("clip_post_norm", "clip", "post_norm", "clip",
+          "global norm after clipping"),
+    Total("clip_scale", "clip", "scale", "clip",
+          "post / pre norm (1 at a norm of 0)"),
+    Total("clip_fraction", "clip", "fraction", "clip",
+          "steps clipped since the last summary"),
+    Total("skipped_steps", "skipped", "steps", "skip",
+          "steps skipped so far"),
+    Total("loss_scale", "loss_scale", "scale", "loss_scale",
+          "the loss scaler's scale"),
+    Total("spike_max_norm", "spikes", "max_norm", "spikes",
+          "largest norm since the last summary"),
+    Total("spike_min_norm", "spikes", "min_norm", "spikes",
+          "smallest norm since the last summary"),
+    Total("spike_max_step", "spikes", "max_step", "spikes",
+          "the step of the largest"),
+    Total("spike_skipped", "skipped", "spikes", "skip_spikes",
+          "steps skipped as spikes so far"),
+    Total("noise_batch_ratio", "noise_scale", "batch_ratio", "noise",
+          "B_simple / the update's batch"),
+    Total("noise_b_simple", "noise_scale", "b_simple", "noise_examples",
+          "B_simple in examples"),
+    Total("noise_grad_sq", "noise_scale", "grad_sq", "noise",
+          "EMA of the unbiased |G|^2"),
+    Total("noise_trace", "noise_scale", "trace", "noise",
+          "EMA of the unbiased tr(Sigma)"),
+)
+
+#: The names of the step-wide numbers, in storage order.
+TOTALS: tuple[str, ...] = tuple(total.name for total in TOTAL_COLUMNS)
+
+
+def totals_of(when: str) -> tuple[str, ...]:
+    """The names of the totals that feature `when` writes.
+
+    Example:
+
+    >>> totals_of("spikes")
+    ('spike_max_norm', 'spike_min_norm', 'spike_max_step')
+    """
+    return tuple(t.name for t in TOTAL_COLUMNS if t.when == when)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +229,6 @@ class Layout:
         return sum(int(np.prod(shape)) for _, shape in self.scalar_fields())
 
 
-GLOBAL = "global"
 
 
 def variable_statistic(statistic: str) -> bool:
@@ -229,30 +299,6 @@ def monitor_scopes(names: Iterable[str]) -> set[str | None]:
 # module and should start without loading TensorFlow.)
 
 
-#: `(tag statistic, tag subject, TOTALS field)` of the step-wide scalars, and
-#: when each is written (a key of `_wanted`).
-_TOTAL_TAGS = (
-    ("grad_norm", GLOBAL, "grad_norm", "always"),
-    ("grad_nonfinite", GLOBAL, "grad_nonfinite", "always"),
-    ("grad_missing", GLOBAL, "grad_missing", "always"),
-    ("clip", "pre_norm", "clip_pre_norm", "clip"),
-    ("clip", "post_norm", "clip_post_norm", "clip"),
-    ("clip", "scale", "clip_scale", "clip"),
-    ("clip", "fraction", "clip_fraction", "clip"),
-    ("skipped", "steps", "skipped_steps", "skip"),
-    ("loss_scale", "scale", "loss_scale", "loss_scale"),
-    ("weight_norm", GLOBAL, "weight_norm", "weights"),
-    ("spikes", "max_norm", "spike_max_norm", "spikes"),
-    ("spikes", "min_norm", "spike_min_norm", "spikes"),
-    ("spikes", "max_step", "spike_max_step", "spikes"),
-    ("skipped", "spikes", "spike_skipped", "skip_spikes"),
-    ("noise_scale", "batch_ratio", "noise_batch_ratio", "noise"),
-    ("noise_scale", "b_simple", "noise_b_simple", "noise_examples"),
-    ("noise_scale", "grad_sq", "noise_grad_sq", "noise"),
-    ("noise_scale", "trace", "noise_trace", "noise"),
-)
-
-
 def tag(statistic: str, subject: str, scope: str | None = None) -> str:
     """The tag of `statistic` for `subject` (`global`, a group or a variable).
 
@@ -293,20 +339,13 @@ class HistogramTag:
     row: int
 
 
-def _wanted(when: str, config: MonitorConfig, layout: Layout, loss_scaled: bool):
-    skip_spikes = bool(config.skip_spikes)
-    noise = config.noise_scale
-    return {
-        "always": True,
-        "clip": config.clip_rule is not None,
-        "skip": config.skip_nonfinite or loss_scaled or skip_spikes,
-        "loss_scale": loss_scaled,
-        "weights": layout.weights,
-        "spikes": config.track_spikes,
-        "skip_spikes": skip_spikes,
-        "noise": bool(noise),
-        "noise_examples": isinstance(noise, dict) and bool(noise.get("batch_size")),
-    }[when]
+class RowSpec(Protocol):
+    """What the tag table needs of a monitor's options (`MonitorConfig`)."""
+
+    statistics: tuple[str, ...]
+    tag_scope: str | None
+
+    def features(self, loss_scaled: bool = False) -> frozenset[str]: ...
 
 
 class TagTable:
@@ -347,7 +386,7 @@ class TagTable:
     @classmethod
     def build(
         cls,
-        config: MonitorConfig,
+        config: RowSpec,
         paths: Sequence[str],
         groups: Sequence[str],
         layout: Layout,
@@ -355,54 +394,28 @@ class TagTable:
         scope: str | None = None,
     ) -> TagTable:
         """The table of a monitor with these options, variables and groups,
-        under `scope` (None: `config.tag_scope`)."""
-        from keras_gradmon.columns import TOTALS
-
-        scope, entries = scope or config.tag_scope, []
+        under `scope` (None: `config.tag_scope`): the totals of
+        `TOTAL_COLUMNS` whose feature is on, then the per-group,
+        update-ratio and per-variable numbers, and the histograms."""
+        scope, features = scope or config.tag_scope, config.features(loss_scaled)
         totals = layout.offset("totals")
-        for statistic, subject, field, when in _TOTAL_TAGS:
-            if _wanted(when, config, layout, loss_scaled):
-                index = totals + TOTALS.index(field)
-                entries.append(ScalarTag(tag(statistic, subject, scope), index))
+        entries = [
+            ScalarTag(tag(t.statistic, t.subject, scope), totals + i)
+            for i, t in enumerate(TOTAL_COLUMNS)
+            if t.when in features
+        ]
         start = layout.offset("groups")
         for i, group in enumerate(groups):
             entries.append(ScalarTag(tag("grad_norm", group, scope), start + 2 * i))
             if layout.weights:
                 index = start + 2 * i + 1
                 entries.append(ScalarTag(tag("weight_norm", group, scope), index))
+        per_variable = "per_variable" in features
         if layout.updates:
-            entries += _update_tags(config, paths, groups, layout, scope)
-        if config.per_variable:
-            entries += _variable_tags(config, paths, layout, scope)
-        histograms = []
-        if layout.buckets is not None:
-            for row, path in enumerate(paths):
-                histograms.append(
-                    HistogramTag(tag("grad_hist", path, scope), "grad", row)
-                )
-                if layout.weights:
-                    name = tag("weight_hist", path, scope)
-                    histograms.append(HistogramTag(name, "weight", row))
-        return cls(entries, histograms, scope)
-
-    @classmethod
-    def of(cls, monitor: GradientMonitor, scope: str | None = None) -> TagTable:
-        """The table of a built `monitor`, under `scope` (None: its
-        configured `tag_scope`).
-
-        Example:
-
-        >>> TagTable.of(monitor, "actor").scope  # doctest: +SKIP
-        'actor'
-        """
-        return cls.build(
-            monitor.config,
-            monitor.paths,
-            list(monitor.group_members),
-            monitor.layout,
-            monitor.loss_scaled,
-            scope=scope,
-        )
+            entries += _update_tags(per_variable, paths, groups, layout, scope)
+        if per_variable:
+            entries += _variable_tags(config.statistics, paths, layout, scope)
+        return cls(entries, _histogram_tags(paths, layout, scope), scope)
 
     def scalar_values(
         self, values: np.ndarray, present: np.ndarray
@@ -431,13 +444,25 @@ class TagTable:
         return [s for s in self.scalars if not s.needs_grad or s.row in present]
 
 
-def _variable_tags(
-    config: MonitorConfig, paths: Sequence[str], layout: Layout, scope: str | None
-) -> list[ScalarTag]:
-    from keras_gradmon.columns import COLUMNS
+def _histogram_tags(
+    paths: Sequence[str], layout: Layout, scope: str | None
+) -> list[HistogramTag]:
+    """`grad_hist/<path>` (and `weight_hist/<path>`) of every variable."""
+    if layout.buckets is None:
+        return []
+    kinds = ("grad", "weight") if layout.weights else ("grad",)
+    return [
+        HistogramTag(tag(f"{kind}_hist", path, scope), kind, row)
+        for row, path in enumerate(paths)
+        for kind in kinds
+    ]
 
+
+def _variable_tags(
+    statistics: Sequence[str], paths: Sequence[str], layout: Layout, scope: str | None
+) -> list[ScalarTag]:
     entries, width = [], len(COLUMNS)
-    columns = [(name, COLUMNS.index(name)) for name in config.statistics]
+    columns = [(name, COLUMNS.index(name)) for name in statistics]
     grad, weight = layout.offset("grad"), None
     if layout.weights:
         weight, ratio = layout.offset("weight"), layout.offset("ratio")
@@ -458,7 +483,7 @@ def _variable_tags(
 
 
 def _update_tags(
-    config: MonitorConfig,
+    per_variable: bool,
     paths: Sequence[str],
     groups: Sequence[str],
     layout: Layout,
@@ -470,7 +495,7 @@ def _update_tags(
     start, count = layout.offset("update"), len(paths)
     places = [(GLOBAL, start + count + len(groups), -1)]
     places += [(group, start + count + i, -1) for i, group in enumerate(groups)]
-    if config.per_variable:
+    if per_variable:
         places += [(path, start + row, row) for row, path in enumerate(paths)]
     return [
         ScalarTag(tag("update_ratio", subject, scope), index, row, row >= 0, True)
@@ -585,6 +610,24 @@ class HistogramSnapshot:
             weight_range=ranges[n:, :2] if weights else None,
             has_grad=ranges[:n, 2] > 0,
         )
+
+
+def histogram_rows(counts: np.ndarray, value_range: np.ndarray) -> np.ndarray:
+    """`[k, 3]` float64 rows `(left, right, count)` on the host.
+
+    Example:
+
+    >>> histogram_rows(np.array([1, 2]), np.array([0.0, 1.0])).tolist()
+    [[0.0, 0.5, 1.0], [0.5, 1.0, 2.0]]
+    """
+    k = len(counts)
+    low, high = (float(v) for v in value_range)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        low = high = 0.0
+    edges = low + (high - low) * np.arange(k + 1, dtype=np.float64) / k
+    edges[-1] = high
+    return np.stack([edges[:-1], edges[1:], counts.astype(np.float64)], axis=1)
+
 
 
 # The rings of recent rows, read on the host ------------------------------------

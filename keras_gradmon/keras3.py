@@ -127,11 +127,10 @@ class GradientMonitorOptimizer(
         if cls is GradientMonitorOptimizer and not isinstance(
             inner_optimizer, keras.optimizers.Optimizer
         ):
-            from keras_gradmon.wrapping import kind_of, unsupported_error, wrap
+            from keras_gradmon.legacy import wrapper_for
 
-            if kind_of(inner_optimizer) is None:
-                raise unsupported_error(inner_optimizer, "inner_optimizer")
-            return wrap(inner_optimizer, *args, **kwargs)
+            check_not_monitored(inner_optimizer, "inner_optimizer")
+            return wrapper_for(inner_optimizer, *args, **kwargs)
         return super().__new__(cls)
 
     def __init__(

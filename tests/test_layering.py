@@ -1,7 +1,8 @@
-"""The output layer sits below the monitors: nothing in `recorders/` (nor the
-hub) imports the adapters or the alerts, and the host writer and the hub
-import neither TensorFlow nor the monitor when they are imported (type
-checking aside): on the JAX backend they must load without TensorFlow."""
+"""The house: no import circle (type-only imports and imports inside
+functions included), and imports that flow one way through the rooms, from
+the step kernel to what reads its numbers: a module imports only from its
+own room or a room listed before it. The host writer and the hub load
+without TensorFlow (on the JAX backend they must)."""
 
 import ast
 import pathlib
@@ -9,43 +10,104 @@ import pathlib
 import pytest
 
 PACKAGE = pathlib.Path(__file__).parent.parent / "keras_gradmon"
-LOWER = [*sorted(PACKAGE.glob("recorders/*.py")), PACKAGE / "hub.py"]
-HOST = [PACKAGE / "recorders" / "writer.py", PACKAGE / "hub.py"]
+
+#: The rooms, in the order imports may flow (a module may import from its
+#: own room and the rooms before it).
+ROOMS = (
+    ("foundation", ("validation", "defaults", "formatting", "naming", "columns",
+                    "schedule", "backend")),
+    ("kernel", ("core",)),
+    ("publishing", ("hub", "writer", "claims")),
+    ("output", ("recorders",)),
+    ("wrappers", ("wrapping", "keras3", "legacy")),
+    ("alerts", ("alerts",)),
+    ("monitors", ("activations", "rl", "callbacks", "integrations", "watch",
+                  "_registration", "")),
+    ("report", ("report", "cli", "demo")),
+)  # fmt: skip
 
 
-def _imports(path: pathlib.Path, module_level: bool) -> set[str]:
-    """Modules `path` imports (at module level only, if asked), leaving out
-    those under `if TYPE_CHECKING`."""
-    tree = ast.parse(path.read_text())
-    nodes = tree.body if module_level else list(ast.walk(tree))
-    names = set()
+def _name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _room(module: str) -> int:
+    head = module.split(".")[0]
+    for rank, (_, tops) in enumerate(ROOMS):
+        if head in tops:
+            return rank
+    raise AssertionError(f"keras_gradmon.{module} is in no room of ROOMS")
+
+
+def _imports(module: str, module_level: bool = False) -> set[str]:
+    """The keras_gradmon modules `module` imports (anywhere in it, type-only
+    included; with `module_level`, only its top-level statements outside
+    `if TYPE_CHECKING`)."""
+    tree = ast.parse(MODULES[module].read_text())
+    nodes = ast.walk(tree)
+    if module_level:
+        nodes = [n for n in tree.body if not isinstance(n, ast.If)]
+    found = set()
     for node in nodes:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        for inner in ast.walk(node) if not module_level else [node]:
-            if isinstance(inner, ast.ImportFrom) and inner.module:
-                names.add(inner.module)
-                names.update(f"{inner.module}.{a.name}" for a in inner.names)
-            elif isinstance(inner, ast.Import):
-                names.update(a.name for a in inner.names)
-    return names
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            if name.split(".")[0] != "keras_gradmon":
+                found.add(f"<{name.split('.')[0]}>")
+                continue
+            target = name.removeprefix("keras_gradmon").lstrip(".")
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            if target != module and not module.startswith(f"{target}."):
+                found.add(target)
+    return found
 
 
-def _within(names: set[str], packages: tuple[str, ...]) -> set[str]:
-    return {n for n in names if any(n == p or n.startswith(p + ".") for p in packages)}
+def test_every_module_is_in_a_room():
+    for module in MODULES:
+        _room(module)
 
 
-@pytest.mark.parametrize("path", LOWER, ids=lambda p: p.name)
-def test_no_upward_import_from_the_output_layer(path):
-    upward = ("keras_gradmon.wrapping", "keras_gradmon.alerts")
-    assert _within(_imports(path, module_level=False), upward) == set()
+@pytest.mark.parametrize("module", sorted(MODULES), ids=lambda m: m or "__init__")
+def test_imports_flow_one_way_through_the_rooms(module):
+    upward = [
+        target
+        for target in _imports(module)
+        if not target.startswith("<") and _room(target) > _room(module)
+    ]
+    assert upward == [], f"keras_gradmon.{module} imports from a later room"
 
 
-@pytest.mark.parametrize("path", HOST, ids=lambda p: p.name)
-def test_host_writer_imports_no_tensorflow_when_imported(path):
-    heavy = (
-        "tensorflow",
-        "keras_gradmon.backend.distribute",
-        "keras_gradmon.core.monitor",
-    )
-    assert _within(_imports(path, module_level=True), heavy) == set()
+def test_no_import_circle():
+    graph = {
+        m: {t for t in _imports(m) if not t.startswith("<")} for m in MODULES
+    }
+    seen, done, circles = set(), set(), []
+
+    def visit(module, path):
+        seen.add(module)
+        for target in graph[module]:
+            if target in path:
+                circles.append([*path[path.index(target) :], target])
+            elif target not in done:
+                visit(target, [*path, target])
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module])
+    assert circles == []
+
+
+@pytest.mark.parametrize("module", ["writer", "hub", "claims"])
+def test_host_writer_imports_no_tensorflow_when_imported(module):
+    heavy = {"<tensorflow>", "<keras>", "<jax>", "core", "backend.distribute"}
+    imported = _imports(module, module_level=True)
+    assert imported & heavy == set()

@@ -9,8 +9,9 @@ from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
-from keras_gradmon.core.histogram import batched_histogram_rows_graph
+from keras_gradmon.columns import histogram_rows
 from keras_gradmon.legacy import graph_writer as packed
+from keras_gradmon.legacy.graph_writer import batched_histogram_rows_graph
 
 SCALARS = {
     "grad_norm/global": 1.5,
@@ -63,8 +64,6 @@ def _write_packed(path, step):
 
 
 def _write_reference(path, step, counts, ranges):
-    from keras_gradmon.core.histogram import histogram_rows_graph
-
     writer = tf.summary.create_file_writer(str(path))
     with writer.as_default():
         for tag, value in SCALARS.items():
@@ -76,7 +75,7 @@ def _write_reference(path, step, counts, ranges):
             tf.summary.scalar(tag, data, step=step)
         for i, tag in enumerate(("h/a", "h/b")):
             meta = histogram_metadata.create_summary_metadata("", "")
-            rows = histogram_rows_graph(counts[i], ranges[i])
+            rows = tf.constant(histogram_rows(counts[i].numpy(), ranges[i].numpy()))
             tf.summary.write(tag, rows, step=step, metadata=meta)
     writer.close()
 

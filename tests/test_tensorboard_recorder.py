@@ -197,12 +197,11 @@ import sys
 import numpy as np
 
 import keras_gradmon.hub
-import keras_gradmon.core.histogram
 import keras_gradmon.recorders.console
 import keras_gradmon.recorders.jsonl
 import keras_gradmon.recorders.keras_logs
 import keras_gradmon.writer
-from keras_gradmon.core.histogram import histogram_rows
+from keras_gradmon.columns import histogram_rows
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 
 closed = TensorBoardRecorder(sys.argv[1])

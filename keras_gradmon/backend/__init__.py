@@ -97,15 +97,18 @@ def num_elements(t: Tensor) -> int | None:
     return current().num_elements(t)
 
 
-def dynamic_matrix(tensors: Sequence[Tensor], dtype: str) -> tuple[Tensor, Any]:
-    """`stats.layout.prepare` of tensors, some of a size known only at run time
-    (TensorFlow only: on JAX every shape is static).
+def dynamic_matrix(
+    tensors: Sequence[Tensor], dtype: str, blocks: Any, min_block: int
+) -> tuple[Tensor, tuple]:
+    """`keras_gradmon.core.batched.prepare` of tensors, some of a size known
+    only at run time (TensorFlow only: on JAX every shape is static): the
+    matrix and the fields of its block layout.
 
     Example:
 
-    >>> matrix, layout = dynamic_matrix(tensors, "float32")  # doctest: +SKIP
+    >>> matrix, fields = dynamic_matrix(tensors, "float32", [128], 64)  # doctest: +SKIP
     """
-    return current().dynamic_matrix(tensors, dtype)
+    return current().dynamic_matrix(tensors, dtype, blocks, min_block)
 
 
 def bincount(index: Tensor, size: int) -> Tensor:

@@ -30,8 +30,6 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from keras_gradmon.core.batched import _BLOCKS, _MIN_BLOCK, Layout
-
 
 def unconverted(function: Callable[..., Any]) -> Callable[..., Any]:
     """`function`, which AutoGraph calls as it is, with everything it calls.
@@ -209,46 +207,52 @@ def num_elements(t: tf.Tensor) -> int | None:
     return t.shape.num_elements()
 
 
-def dynamic_layout(sizes: Sequence[tf.Tensor]) -> Layout:
-    """`static_layout` of sizes known at run time (int32 scalar tensors).
+def dynamic_layout(
+    sizes: Sequence[tf.Tensor], blocks: np.ndarray, min_block: int
+) -> tuple:
+    """The fields of `keras_gradmon.core.batched.static_layout` for sizes
+    known at run time (int32 scalar tensors), computed with tensors: the
+    block is `min_block` doubled once per entry of `blocks` at most the
+    target.
 
     Example:
 
-    >>> int(dynamic_layout([tf.constant(5)]).block)
+    >>> int(dynamic_layout([tf.constant(5)], np.array([128]), 64)[1])
     64
     """
     count = len(sizes)
     sizes = tf.cast(tf.stack(sizes), tf.int32)
     target = tf.maximum(tf.reduce_sum(sizes) // (4 * count), 1)
-    steps = tf.reduce_sum(tf.cast(target >= _BLOCKS, tf.int32))
-    block = _MIN_BLOCK * tf.bitwise.left_shift(1, steps)
+    steps = tf.reduce_sum(tf.cast(target >= blocks, tf.int32))
+    block = min_block * tf.bitwise.left_shift(1, steps)
     per = -(-sizes // block)
     start = (tf.cumsum(per) - per) * block
     samples = tf.stack([start, start + sizes // 2, start + tf.maximum(sizes - 1, 0)], 1)
     spare = tf.fill(tf.shape(samples), tf.reduce_sum(per) * block)
     samples = tf.where(sizes[:, None] == 0, spare, samples)
     segments = tf.concat([tf.repeat(tf.range(count), per), [count]], 0)
-    return Layout(count, block, sizes, per * block - sizes, samples, segments)
+    return count, block, sizes, per * block - sizes, samples, segments
 
 
 def dynamic_matrix(
-    tensors: Sequence[tf.Tensor], dtype: str
-) -> tuple[tf.Tensor, Layout]:
+    tensors: Sequence[tf.Tensor], dtype: str, blocks: np.ndarray, min_block: int
+) -> tuple[tf.Tensor, tuple]:
     """The dense `tensors` as one NaN-padded `[blocks, block]` matrix of
     `dtype`, with a spare all-NaN block, laid out at run time.
 
     Example:
 
-    >>> dynamic_matrix([tf.ones([3])], "float32")[0].shape  # doctest: +SKIP
+    >>> dynamic_matrix([tf.ones([3])], "float32", [128], 64)[0].shape  # doctest: +SKIP
     TensorShape([2, 64])
     """
-    layout = dynamic_layout([tf.size(t) for t in tensors])
+    layout = dynamic_layout([tf.size(t) for t in tensors], blocks, min_block)
+    _, block, _, pads, _, _ = layout
     nan, parts = tf.constant(float("nan"), dtype), []
     for i, t in enumerate(tensors):
         # Constants, not tf.pad: XLA then concatenates with plain copies.
-        parts += [tf.reshape(tf.cast(t, dtype), [-1]), tf.fill([layout.pads[i]], nan)]
-    parts.append(tf.fill([layout.block], nan))
-    return tf.reshape(tf.concat(parts, 0), [-1, layout.block]), layout
+        parts += [tf.reshape(tf.cast(t, dtype), [-1]), tf.fill([pads[i]], nan)]
+    parts.append(tf.fill([block], nan))
+    return tf.reshape(tf.concat(parts, 0), [-1, block]), layout
 
 
 def bincount(index: tf.Tensor, size: int) -> tf.Tensor:

@@ -85,12 +85,12 @@ _BLOCKS = np.array([128, 256, 512, 1024, _MAX_BLOCK], "i4")
 #: `count` tensors; the block size; per tensor its size, NaN padding and the
 #: flat positions of 3 shift candidates; per block its tensor (`count`: the
 #: spare all-NaN block). NumPy values (static) or int32 tensors (dynamic).
-Layout = namedtuple(
-    "Layout", ["count", "block", "sizes", "pads", "samples", "segments"]
+BlockLayout = namedtuple(
+    "BlockLayout", ["count", "block", "sizes", "pads", "samples", "segments"]
 )
 
 
-def static_layout(sizes: Sequence[int]) -> Layout:
+def static_layout(sizes: Sequence[int]) -> BlockLayout:
     """The layout of tensors of static `sizes`: padding below ~25%.
 
     Example:
@@ -107,7 +107,7 @@ def static_layout(sizes: Sequence[int]) -> Layout:
     samples[sizes == 0] = per.sum() * block  # in the spare all-NaN block
     segments = np.append(np.repeat(np.arange(len(sizes)), per), len(sizes))
     pads = (per * block - sizes).astype("i4")
-    return Layout(len(sizes), block, sizes, pads, samples, segments.astype("i4"))
+    return BlockLayout(len(sizes), block, sizes, pads, samples, segments.astype("i4"))
 
 
 def compute_dtype(tensors: Sequence[Tensor]) -> str:
@@ -122,7 +122,7 @@ def compute_dtype(tensors: Sequence[Tensor]) -> str:
     return "float64" if "float64" in dtypes else "float32"
 
 
-def prepare(tensors: Sequence[Tensor]) -> tuple[Tensor, Layout]:
+def prepare(tensors: Sequence[Tensor]) -> tuple[Tensor, BlockLayout]:
     """The dense `tensors` as one NaN-padded `[blocks, block]` matrix (float32,
     float64 if any is), with a spare all-NaN block, and its layout.
 
@@ -135,7 +135,8 @@ def prepare(tensors: Sequence[Tensor]) -> tuple[Tensor, Layout]:
     dtype = compute_dtype(tensors)
     sizes = [backend.num_elements(t) for t in tensors]
     if None in sizes:
-        return backend.dynamic_matrix(tensors, dtype)
+        matrix, fields = backend.dynamic_matrix(tensors, dtype, _BLOCKS, _MIN_BLOCK)
+        return matrix, BlockLayout(*fields)
     layout = static_layout(sizes)
     nan, parts = ops.convert_to_tensor(float("nan"), dtype), []
     for t, pad in zip(tensors, layout.pads):
@@ -148,7 +149,7 @@ def prepare(tensors: Sequence[Tensor]) -> tuple[Tensor, Layout]:
 
 def by_layout(
     tensors: Sequence[Any],
-    compute: Callable[[Tensor, Layout], tuple[Tensor, ...]],
+    compute: Callable[[Tensor, BlockLayout], tuple[Tensor, ...]],
 ) -> tuple[Tensor, ...]:
     """`compute(matrix, layout)` of the tensors of static size together and
     of the others together, rows back in the order of `tensors`.
@@ -178,13 +179,16 @@ def by_layout(
     )
 
 
-def __getattr__(name: str) -> Any:
-    """`dynamic_layout`, TensorFlow's, imported from its backend on first use."""
-    if name == "dynamic_layout":
-        from keras_gradmon.backend import tensorflow
+def dynamic_layout(sizes: Sequence[Tensor]) -> BlockLayout:
+    """`static_layout` of sizes known only at run time (int32 scalar
+    tensors; TensorFlow only: on JAX every shape is static).
 
-        return tensorflow.dynamic_layout
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    Example:
+
+    >>> int(dynamic_layout([tf.constant(5)]).block)  # doctest: +SKIP
+    64
+    """
+    return BlockLayout(*backend.current().dynamic_layout(sizes, _BLOCKS, _MIN_BLOCK))
 
 
 # A block sums 1 per zero, _NONFINITE per non-finite element: exact in float32.
@@ -197,17 +201,17 @@ def _segment_min(data: Tensor, segments: Any, num_segments: int) -> Tensor:
     return -ops.segment_max(-data, segments, num_segments=num_segments)
 
 
-def per_tensor(partials: Tensor, layout: Layout, op=ops.segment_sum) -> Tensor:
+def per_tensor(partials: Tensor, layout: BlockLayout, op=ops.segment_sum) -> Tensor:
     """The per-block `partials` reduced by tensor with `op`."""
     return op(partials, layout.segments, num_segments=layout.count + 1)[:-1]
 
 
-def per_block(values: Tensor, layout: Layout) -> Tensor:
+def per_block(values: Tensor, layout: BlockLayout) -> Tensor:
     """The per-tensor `values` as a `[blocks, 1]` column (0 for the spare)."""
     return ops.take(ops.pad(values, [[0, 1]]), layout.segments, 0)[:, None]
 
 
-def extremes(x: Tensor, finite: Tensor, layout: Layout, k=None) -> tuple:
+def extremes(x: Tensor, finite: Tensor, layout: BlockLayout, k=None) -> tuple:
     """Min and max by tensor, non-finite elements replaced by k (or +-inf)."""
     inf = float("inf")
     low = ops.min(ops.where(finite, x, inf if k is None else k), axis=1)
@@ -216,7 +220,7 @@ def extremes(x: Tensor, finite: Tensor, layout: Layout, k=None) -> tuple:
     return low, per_tensor(high, layout, ops.segment_max)
 
 
-def _shift(x: Tensor, layout: Layout) -> tuple[Tensor, Tensor]:
+def _shift(x: Tensor, layout: BlockLayout) -> tuple[Tensor, Tensor]:
     """Median of the finite ones of 3 elements by tensor, and if there was one."""
     samples = ops.take(ops.reshape(x, [-1]), layout.samples)
     finite = ops.isfinite(samples)
@@ -227,7 +231,7 @@ def _shift(x: Tensor, layout: Layout) -> tuple[Tensor, Tensor]:
     return ops.where(found > 0, middle, ops.zeros_like(middle)), found > 0
 
 
-def _counts(x: Tensor, finite: Tensor, layout: Layout) -> tuple:
+def _counts(x: Tensor, finite: Tensor, layout: BlockLayout) -> tuple:
     """Finite (in x's dtype), non-finite and zero elements by tensor."""
     zero = ops.where(x == 0, 1.0, 0.0)
     code = ops.sum(ops.where(finite, zero, _NONFINITE), axis=1)
@@ -238,7 +242,7 @@ def _counts(x: Tensor, finite: Tensor, layout: Layout) -> tuple:
     return ops.cast(layout.sizes - nonfinite, x.dtype), nonfinite, totals[:, 1]
 
 
-def _sums(terms: Mapping[str, Tensor], finite: Tensor, layout: Layout) -> dict:
+def _sums(terms: Mapping[str, Tensor], finite: Tensor, layout: BlockLayout) -> dict:
     """Each of `terms` summed over the finite elements by tensor, together."""
     names = list(terms)
     if not names:
@@ -267,7 +271,7 @@ class Reductions:
     def __init__(
         self,
         x: Tensor,
-        layout: Layout,
+        layout: BlockLayout,
         needs: set[str],
         terms: Mapping[str, Callable[[Tensor], Tensor]],
     ) -> None:
@@ -339,7 +343,7 @@ class Careful:
         var: The variance of the elements / scale, in two passes.
     """
 
-    def __init__(self, x: Tensor, layout: Layout, count: Tensor) -> None:
+    def __init__(self, x: Tensor, layout: BlockLayout, count: Tensor) -> None:
         self._x, self._layout, self._finite = x, layout, ops.isfinite(x)
         self.count, self.n = count, ops.maximum(count, 1.0)
 
@@ -422,7 +426,7 @@ def batched_statistics(
 
 
 def _statistics(
-    x: Tensor, layout: Layout, columns: Sequence[Statistic], names: set[str]
+    x: Tensor, layout: BlockLayout, columns: Sequence[Statistic], names: set[str]
 ) -> tuple:
     """`batched_statistics` of the tensors of one layout, as a 1-tuple: the
     statistics `names` and, free, the others of `columns` their reductions
@@ -453,7 +457,7 @@ def _untrusted(r: Reductions, careful: list, fast: dict) -> Tensor:
 
 
 def _careful(
-    x: Tensor, layout: Layout, r: Reductions, careful: list, fast: dict, rows
+    x: Tensor, layout: BlockLayout, r: Reductions, careful: list, fast: dict, rows
 ) -> dict:
     """`fast`, its `rows` recomputed by each statistic's careful path."""
     c = Careful(x, layout, r.count)
@@ -498,7 +502,7 @@ def batched_bucket_counts(
     return by_layout(tensors, functools.partial(_bucket_counts, buckets=buckets))
 
 
-def _bucket_counts(x: Tensor, layout: Layout, buckets: int) -> tuple:
+def _bucket_counts(x: Tensor, layout: BlockLayout, buckets: int) -> tuple:
     """`batched_bucket_counts` of the tensors of one layout."""
     finite = ops.isfinite(x)
     low, high = extremes(x, finite, layout)

@@ -124,10 +124,16 @@ def check_noise_scale(value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) else value
 
 
-def monitor_section(path: str) -> Mapping[str, Any]:
-    """The monitor options in the file at `path`: its top-level `monitor`
-    mapping when there is one (the rest of the file is left alone), else the
-    whole file.
+#: The sections of a config file, each holding one options object's
+#: fields: `MonitorConfig`, `AlertOptions`, `ActivationOptions`, `RLOptions`.
+SECTIONS: tuple[str, ...] = ("monitor", "alerts", "activations", "rl")
+
+
+def read_section(path: str, section: str) -> Mapping[str, Any]:
+    """The options under the top-level key `section` of the JSON or YAML file
+    at `path` (an empty mapping when it has none). A file with none of the
+    `SECTIONS` holds the gradient monitor's options alone: they are its
+    `monitor` section.
 
     Raises:
         ValueError: The file is not JSON/YAML, is empty, or holds no mapping;
@@ -135,19 +141,33 @@ def monitor_section(path: str) -> Mapping[str, Any]:
 
     Example:
 
+    >>> read_section("train.yaml", "alerts")  # doctest: +SKIP
+    {'actions': {'critical': 'stop'}}
+    """
+    contents = _read_config_file(path)
+    if isinstance(contents, Mapping) and any(s in contents for s in SECTIONS):
+        options = contents.get(section) or {}
+    else:
+        options = contents if section == "monitor" else {}
+    if not isinstance(options, Mapping):
+        raise ValueError(
+            f"The `{section}` options in {path!r} must be a mapping of options "
+            f"(under a top-level `{section}` key). Received: {options!r}"
+        )
+    return options
+
+
+def monitor_section(path: str) -> Mapping[str, Any]:
+    """The gradient monitor's options in the file at `path` (its `monitor`
+    section, or the whole file when it has no section).
+
+    Example:
+
     >>> monitor_section("train.yaml")  # doctest: +SKIP
     {'every_n_steps': 10}
     """
-    options = _read_config_file(path)
-    if isinstance(options, Mapping) and "monitor" in options:
-        options = options["monitor"]
-    if not isinstance(options, Mapping):
-        raise ValueError(
-            f"The monitor config in {path!r} must be a mapping of options "
-            "(or hold one under a top-level `monitor` key). Received: "
-            f"{options!r}"
-        )
-    return options
+    return read_section(path, "monitor")
+
 
 def _read_config_file(path: str) -> Any:
     """The parsed contents of a JSON or YAML file; errors name the file."""
@@ -303,6 +323,33 @@ class MonitorConfig:
     def _validate_signals(self) -> None:
         object.__setattr__(self, "skip_spikes", check_skip_spikes(self.skip_spikes))
         object.__setattr__(self, "noise_scale", check_noise_scale(self.noise_scale))
+
+    def features(self, loss_scaled: bool = False) -> frozenset[str]:
+        """What these options turn on, as the features of
+        `keras_gradmon.columns.FEATURES`: each number of the summary row is
+        written when its feature is on (`loss_scaled`: the inner optimizer
+        is a loss scaler).
+
+        Example:
+
+        >>> sorted(MonitorConfig(weight_statistics=False).features())
+        ['always', 'per_variable', 'updates']
+        """
+        noise, skip_spikes = self.noise_scale, bool(self.skip_spikes)
+        on = {
+            "always": True,
+            "weights": self.weight_statistics,
+            "per_variable": self.per_variable,
+            "updates": self.update_statistics,
+            "clip": self.clip_rule is not None,
+            "skip": self.skip_nonfinite or loss_scaled or skip_spikes,
+            "loss_scale": loss_scaled,
+            "spikes": self.track_spikes,
+            "skip_spikes": skip_spikes,
+            "noise": bool(noise),
+            "noise_examples": isinstance(noise, dict) and bool(noise.get("batch_size")),
+        }
+        return frozenset(name for name, value in on.items() if value)
 
     @property
     def clip_rule(self) -> Any:

@@ -20,8 +20,6 @@ from keras_gradmon.core.batched import (
 )
 from keras_gradmon.core.norms import combine_norms
 
-# ---- from measurement ----
-
 _NAN = float("nan")
 
 #: A tensor of the Keras backend.
@@ -32,32 +30,22 @@ def _zero() -> Tensor:
     return ops.zeros(())
 
 
-@dataclasses.dataclass(frozen=True)
-class Totals:
-    """The step-wide scalars (see `TOTALS`), float32 scalar tensors."""
+def stack_totals(values: Mapping[str, Tensor | float]) -> Tensor:
+    """The row's `totals` field: `values` by name (`columns.TOTALS`), as one
+    float32 vector in the table's order; a total not given (its feature is
+    off) is NaN.
 
-    grad_norm: Tensor
-    weight_norm: Tensor
-    grad_nonfinite: Tensor
-    grad_missing: Tensor
-    clip_pre_norm: Tensor
-    clip_post_norm: Tensor
-    clip_scale: Tensor
-    clip_fraction: Tensor
-    skipped_steps: Tensor
-    loss_scale: Tensor
-    spike_max_norm: Tensor
-    spike_min_norm: Tensor
-    spike_max_step: Tensor
-    spike_skipped: Tensor
-    noise_batch_ratio: Tensor
-    noise_b_simple: Tensor
-    noise_grad_sq: Tensor
-    noise_trace: Tensor
+    Example:
 
-    def stack(self) -> Tensor:
-        """The values as one float32 vector, in `TOTALS` order."""
-        return ops.stack([ops.cast(getattr(self, n), "float32") for n in TOTALS])
+    >>> ops.convert_to_numpy(stack_totals({"grad_norm": 3.0}))[:2].tolist()
+    [3.0, nan]
+    """
+    unknown = sorted(set(values) - set(TOTALS))
+    if unknown:
+        raise KeyError(f"No total named {unknown[0]!r}; totals: {list(TOTALS)}.")
+    return ops.stack(
+        [ops.cast(values.get(name, _NAN), "float32") for name in TOTALS]
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +53,8 @@ class Measurement:
     """The scalar statistics of one summary step.
 
     Attributes:
-        totals: The step-wide scalars.
+        totals: The step-wide scalars, float32 `[len(TOTALS)]` in the
+            order of `columns.TOTAL_COLUMNS` (`stack_totals`).
         groups: `[num_groups, 2]`: each group's gradient and weight norm.
         grad: `[num_variables, len(STATISTICS) + 1]` gradient statistics,
             the last column 1 where the variable had a gradient.
@@ -74,7 +63,7 @@ class Measurement:
             weight norm is 0 or the gradient is missing), or None.
     """
 
-    totals: Totals
+    totals: Tensor
     groups: Tensor
     grad: Tensor
     weight: Tensor | None = None
@@ -262,8 +251,9 @@ def scalar_measurement(
         count: The number of variables.
         names: The per-variable statistics to compute.
         members: The rows of each group.
-        extra: The `Totals` that come from elsewhere: the clip numbers,
-            `skipped_steps`, `loss_scale` and the every-step signals'.
+        extra: The totals that come from elsewhere, by name: the clip
+            numbers, `skipped_steps`, `loss_scale` and the every-step
+            signals'.
     """
     parts = [grads] if weights is None else [grads, weights]
     grad, *weight_part = statistics_matrices(parts, count, names)
@@ -274,12 +264,14 @@ def scalar_measurement(
         [weight] = weight_part
         weight_total, weight_groups = combined_norms(weight, members)
         ratio = norm_ratio(grad, weight)
-    totals = Totals(
-        grad_norm=grad_total,
-        weight_norm=weight_total,
-        grad_nonfinite=nonfinite_total(grad),
-        grad_missing=ops.convert_to_tensor(float(count - len(grads))),
-        **{k: ops.cast(v, "float32") for k, v in extra.items()},
+    totals = stack_totals(
+        dict(
+            extra,
+            grad_norm=grad_total,
+            weight_norm=weight_total,
+            grad_nonfinite=nonfinite_total(grad),
+            grad_missing=float(count - len(grads)),
+        )
     )
     groups = ops.stack([grad_groups, weight_groups], axis=1)
     return Measurement(totals, groups, grad, weight, ratio)

@@ -222,27 +222,22 @@ def when(
 def clip_totals(
     clip: ClipOutcome | None, values: dict, clipping: bool
 ) -> dict[str, Any]:
-    """The clip numbers of a summary; resets the clip counters in
+    """The clip numbers of a summary (none without a clip outcome; no
+    fraction without a clipping rule); resets the clip counters in
     `values`."""
-    nan = ops.convert_to_tensor(_NAN)
     if clip is None:
-        return dict.fromkeys(
-            ("clip_pre_norm", "clip_post_norm", "clip_scale", "clip_fraction"),
-            nan,
-        )
+        return {}
     pre, post = clip.pre_norm, clip.post_norm
-    scale = ops.where(ops.equal(pre, 0.0), 1.0, post / pre)
-    fraction = nan
-    if clipping:
-        counts = ops.cast(values["clip_counts"], "float32")
-        fraction = counts[1] / ops.maximum(counts[0], 1.0)
-        values["clip_counts"] = ops.zeros_like(values["clip_counts"])
-    return dict(
+    totals = dict(
         clip_pre_norm=pre,
         clip_post_norm=post,
-        clip_scale=scale,
-        clip_fraction=fraction,
+        clip_scale=ops.where(ops.equal(pre, 0.0), 1.0, post / pre),
     )
+    if clipping:
+        counts = ops.cast(values["clip_counts"], "float32")
+        totals["clip_fraction"] = counts[1] / ops.maximum(counts[0], 1.0)
+        values["clip_counts"] = ops.zeros_like(values["clip_counts"])
+    return totals
 
 
 _NAN = float("nan")
@@ -274,7 +269,9 @@ class GradientMonitor(EveryStep):
             config.histogram_every_n_steps, "histogram_every_n_steps"
         )
         self.clip_rule = config.clip_rule
-        self.signals = StepSignals(config)
+        self.signals = StepSignals(
+            config.track_spikes, config.skip_spikes, config.noise_scale
+        )
         self.built = False
 
     def build(self, variables: Sequence[Any], make_variable: VariableFactory) -> None:
@@ -301,7 +298,11 @@ class GradientMonitor(EveryStep):
     def use_scope(self, scope: str | None) -> None:
         """Writes every tag under `scope` (None: the configured `tag_scope`)
         from now on; `tags.scope` says which. Example: `use_scope("actor")`."""
-        self.tags = TagTable.of(self, self.config.replace(tag_scope=scope).tag_scope)
+        scope = self.config.replace(tag_scope=scope).tag_scope
+        groups = list(self.group_members)
+        self.tags = TagTable.build(
+            self.config, self.paths, groups, self.layout, self.loss_scaled, scope
+        )
 
     # Inside the step ---------------------------------------------------------
     #
@@ -449,8 +450,9 @@ class GradientMonitor(EveryStep):
             **clip_totals(inputs.clip, values, self.clip_rule is not None),
             **signals,
             skipped_steps=ops.cast(values["skipped_steps"], "float32"),
-            loss_scale=_NAN if inputs.loss_scale is None else inputs.loss_scale,
         )
+        if inputs.loss_scale is not None:
+            totals["loss_scale"] = inputs.loss_scale
         measurement = scalar_measurement(
             inputs.grads,
             inputs.weights,

@@ -58,8 +58,7 @@ their state spec and their numbers for the next summary.
 
 Example:
 
->>> from keras_gradmon.core.config import MonitorConfig
->>> signals = StepSignals(MonitorConfig(track_spikes=True))
+>>> signals = StepSignals(track_spikes=True)
 >>> signals.needs_norm, sorted(signals.state_spec())
 (True, ['spikes_max', 'spikes_max_step', 'spikes_min'])
 
@@ -95,7 +94,6 @@ from keras_gradmon.core.norms import combine_norms
 from keras_gradmon.validation import switch_option
 
 if TYPE_CHECKING:
-    from keras_gradmon.core.config import MonitorConfig
     from keras_gradmon.core.noise_scale import MicroBatches, Replicas
 
 
@@ -250,25 +248,26 @@ def _fail(name: str, requirement: str, value: object) -> None:
 
 _NAN = float("nan")
 
-#: The totals these signals give a summary (NaN where a signal is off).
-SPIKE_TOTALS = ("spike_max_norm", "spike_min_norm", "spike_max_step")
-NOISE_TOTALS = ("noise_batch_ratio", "noise_b_simple", "noise_grad_sq", "noise_trace")
 
 
 class StepSignals:
-    """The every-step signals `config` turns on."""
+    """The every-step signals a monitor's options turn on (its
+    `MonitorConfig`'s `track_spikes`, `skip_spikes` and `noise_scale`, as
+    validated there)."""
 
-    def __init__(self, config: MonitorConfig) -> None:
-        self.tracker = SpikeTracker() if config.track_spikes else None
-        self.skipper = SpikeSkipper.from_option(config.skip_spikes)
+    def __init__(
+        self,
+        track_spikes: bool = False,
+        skip_spikes: Any = False,
+        noise_scale: Any = False,
+    ) -> None:
+        self.tracker = SpikeTracker() if track_spikes else None
+        self.skipper = SpikeSkipper.from_option(skip_spikes)
         self.noise = None
-        if config.noise_scale:
-            from keras_gradmon.core.noise_scale import (
-                NoiseFeed,
-                from_option,
-            )
+        if noise_scale:
+            from keras_gradmon.core.noise_scale import NoiseFeed, from_option
 
-            self.noise = NoiseFeed(from_option(config.noise_scale))
+            self.noise = NoiseFeed(from_option(noise_scale))
 
     @property
     def needs_norm(self) -> bool:
@@ -307,9 +306,7 @@ class StepSignals:
     def totals(self, values: dict) -> tuple[dict[str, Any], dict]:
         """`(numbers for a summary, values)`: the spikes since the previous
         summary (reset), the steps skipped as spikes so far."""
-        nan = ops.convert_to_tensor(_NAN)
-        totals: dict = dict.fromkeys((*SPIKE_TOTALS, *NOISE_TOTALS), nan)
-        totals["spike_skipped"] = nan
+        totals: dict = {}
         if self.tracker is not None:
             spikes, values = self.tracker.totals(values)
             totals.update(spikes)

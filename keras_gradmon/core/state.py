@@ -218,7 +218,6 @@ class MonitorState:
                 parts.append(ops.full(shape, float("nan")))
                 continue
             value = getattr(measurement, name)
-            value = value.stack() if name == "totals" else value
             parts.append(ops.reshape(ops.cast(value, "float32"), [-1]))
         return self.scalars.push(values, step, [ops.concatenate(parts, 0)])
 

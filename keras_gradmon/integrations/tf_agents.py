@@ -24,7 +24,8 @@ from typing import Any
 import tensorflow as tf
 
 from keras_gradmon.legacy.stepped import StepAdapter, check_int64_step, measuring
-from keras_gradmon.wrapping import MonitoredOptimizer, find_monitor, wrap
+from keras_gradmon.watch import wrap
+from keras_gradmon.wrapping import MonitoredOptimizer, find_monitor
 
 #: The constructor arguments through which tf-agents' agents take
 #: optimizers, and the tag scope each gets when an agent takes several.

@@ -22,6 +22,7 @@ variables at the table's indices, so a summary shows exactly what
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Any
 
 import tensorflow as tf
 from tensorboard.compat.proto import (
@@ -35,9 +36,9 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from keras_gradmon import claims
 from keras_gradmon.backend.tensorflow import in_xla_context, run_if
-from keras_gradmon.core.histogram import batched_histogram_rows_graph
 from keras_gradmon.core.measurement import Due
 from keras_gradmon.core.monitor import GradientMonitor
+from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 
 # ---- from adapters.packed ----
 
@@ -173,6 +174,16 @@ def _recording() -> tf.Tensor | bool:
     return tf.summary.should_record_summaries()
 
 
+def _announce(writer: Any, name: str, text: str) -> None:
+    """Writes a derived scope's announcement through the `tf.summary`
+    `writer`, at step 0, eagerly even while the step is traced."""
+    with tf.init_scope():
+        if tf.executing_eagerly():
+            with tf.summary.record_if(True):
+                TensorBoardRecorder(writer=writer).write_text(name, [text], 0)
+            writer.flush()
+
+
 def write_recorded(
     monitor: GradientMonitor,
     step: tf.Tensor,
@@ -205,7 +216,7 @@ def write_recorded(
     writer = default_writer()
     # At trace time, before the tags are read: an unnamed monitor beside
     # another one gets its derived scope here (see recorders.claims).
-    claims.claim_monitor(monitor, [writer], label)
+    claims.claim_monitor(monitor, [writer], label, _announce)
     step = tf.cast(step, tf.int64)
     present = set(present)
     recording = _recording()
@@ -257,3 +268,30 @@ def _write_histograms(monitor: GradientMonitor, step: tf.Tensor, present: set) -
         for e, _ in entries
     ]
     write_packed(default_writer(), step, packed_summary(heads, values))
+
+
+def batched_histogram_rows_graph(
+    counts: tf.Tensor, value_ranges: tf.Tensor
+) -> tf.Tensor:
+    """`[n, k, 3]` float64 rows of `n` histograms at once, from `[n, k]`
+    bucket counts and `[n, 2]` value ranges (each as `histogram_rows`).
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> rows = batched_histogram_rows_graph(
+    ...     tf.constant([[1, 2]]), tf.constant([[0.0, 1.0]]))
+    >>> rows.numpy()[0, :, 1].tolist()
+    [0.5, 1.0]
+    """
+    import tensorflow as tf
+
+    k = int(counts.shape[1])
+    value_ranges = tf.cast(value_ranges, tf.float64)
+    finite = tf.reduce_all(tf.math.is_finite(value_ranges), axis=1, keepdims=True)
+    value_ranges = tf.where(finite, value_ranges, tf.zeros_like(value_ranges))
+    low, high = value_ranges[:, :1], value_ranges[:, 1:]
+    edges = low + (high - low) * tf.range(k + 1, dtype=tf.float64) / k
+    edges = tf.concat([edges[:, :-1], high], 1)
+    counts = tf.cast(counts, tf.float64)
+    return tf.stack([edges[:, :-1], edges[:, 1:], counts], axis=2)

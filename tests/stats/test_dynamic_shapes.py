@@ -9,11 +9,11 @@ import pytest
 import tensorflow as tf
 from hypothesis import given, settings
 
-from keras_gradmon.backend.tensorflow import dynamic_layout
 from keras_gradmon.columns import STATISTICS
 from keras_gradmon.core.batched import (
     batched_bucket_counts,
     batched_statistics,
+    dynamic_layout,
     static_layout,
 )
 from keras_gradmon.core.histogram import bucket_counts
