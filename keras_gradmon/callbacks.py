@@ -33,21 +33,26 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import keras
 import numpy as np
 
-from keras_gradmon.activations.monitor import ActivationMonitor, ActivationOptions
+from keras_gradmon.activations.monitor import (
+    ActivationMonitor,
+    ActivationOptions,
+    activation_options,
+)
 from keras_gradmon.alerts.base import Rule
-from keras_gradmon.alerts.delivery import Action, AlertChecker, alerting
+from keras_gradmon.alerts.delivery import Action, AlertChecker, AlertOptions
 from keras_gradmon.alerts.events import Alert
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
 from keras_gradmon.columns import GLOBAL, tag
 from keras_gradmon.hub import Hub, Recorder, check_hub, check_recorders
 from keras_gradmon.recorders.keras_logs import KerasLogsRecorder
-from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, recording_hub
 from keras_gradmon.wrapping import MonitoredOptimizer, find_monitored
 from keras_gradmon.writer import MonitorWriter
 
@@ -204,19 +209,22 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
     `fit` keeps the weights until the epoch ends.
 
     Args:
-        options: An `ActivationOptions`, or the probe batch `data` of model
-            inputs (a few hundred held-out samples: the window over which a
-            unit must stay at zero to count as dead).
+        data: The probe batch of model inputs (a few hundred held-out
+            samples: the window over which a unit must stay at zero to
+            count as dead).
+        config: An `ActivationOptions`, a dict of its fields, or a config
+            file's path (its `activations` section).
+        alerts: An `AlertOptions` (or a dict of its fields); False for no
+            activation alerts.
         model: The model, when known before `fit` (checks `layers` now;
             unknown names are an error listing the model's layers, else
             when `fit` starts).
         hub: Publish to this `keras_gradmon.hub.Hub` (shared with the
             gradient and RL monitors) instead of one of its own.
-        **overrides: Options (`ActivationOptions` fields) one by one, as
+        **options: Options (`ActivationOptions` fields) one by one, as
             for `ActivationMonitor`: `log_dir` / `writer`, `layers`,
             `every_n_steps`, `histogram_buckets`, `std_band`,
-            `dead_fraction`, `rules`, `actions`, `jsonl_path`,
-            `cooldown_steps`, `max_per_rule`, `tag_scope`, `fold_steps`.
+            `dead_fraction`, `tag_scope`.
 
     Example:
 
@@ -228,16 +236,19 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
 
     def __init__(
         self,
-        options: ActivationOptions | Any = None,
+        data: Any = None,
+        /,
         *,
+        config: ActivationOptions | Mapping[str, Any] | str | None = None,
+        alerts: AlertOptions | Mapping[str, Any] | bool | None = None,
         model: Any = None,
         hub: Hub | None = None,
-        **overrides: Any,
+        **options: Any,
     ) -> None:
         super().__init__()
         # Everything that can be checked without the model, checked now.
         name = type(self).__name__
-        self._options = ActivationOptions.of(options, overrides, name)
+        self._options = activation_options(name, data, config, alerts, **options)
         check_hub(hub, self._options.log_dir, self._options.writer)
         self._hub = hub
         self.monitor: ActivationMonitor | None = None
@@ -254,7 +265,9 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
     def set_model(self, model: Any) -> None:
         super().set_model(model)
         if self.monitor is None or self._monitored_model is not model:
-            self.monitor = ActivationMonitor(model, self._options, hub=self._hub)
+            self.monitor = ActivationMonitor(
+                model, config=self._options, hub=self._hub
+            )
             self._monitored_model = model
 
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -398,39 +411,219 @@ class BatchReads(AsyncOnJax):
         raise NotImplementedError
 
 
-# ---- from callbacks.summary ----
+class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
+    """The host side of a monitored optimizer during `fit`: its summaries to
+    TensorBoard and Keras logs, and its alerts.
 
-class GradientSummaryCallback(BatchReads, keras.callbacks.Callback):
-    """Writes what a monitored optimizer recorded, during `fit`.
-
-    Scalars and histograms go to TensorBoard (and to any extra `recorders`)
-    at the optimizer's configured frequencies, with the optimizer's step;
-    the global gradient norm also goes into Keras `logs` under `logs_key`
-    (progress bar, `History`, `CSVLogger`). On steps without fresh
-    statistics the callback reads nothing from the device; on the others it
-    takes two raw variable reads and leaves reading back and writing to a
-    worker thread. The event file is closed when training ends.
+    Scalars and histograms go to TensorBoard at `log_dir` (and to any extra
+    `recorders`) at the optimizer's configured frequencies, with the
+    optimizer's step; the global gradient norm also goes into Keras `logs`
+    under `logs_key` (progress bar, `History`, `CSVLogger`). The alert rules
+    (`alerts`) see every summary once; each alert is an entry of `alerts`,
+    an `alerts/<rule>` flag and an `alert_log` text beside the numbers, and
+    a log line grouped into incidents (logger "keras_gradmon"); its tier's
+    action runs ("stop" ends `fit` after the batch). On steps without a
+    summary due the callback reads nothing from the device. The monitor's
+    writer (`keras_gradmon.writer.MonitorWriter`) is the one reader of what
+    the optimizer recorded; without alerts it reads back and writes on a
+    worker thread, with them at once, so that an action acts on the batch
+    that fired it.
 
     Args:
         log_dir: Directory for the event file (created lazily). Use a
             directory of its own, or Keras's `<log_dir>/train` to put the
             gradients beside the `TensorBoard` callback's loss curves.
-        writer: An existing `tf.summary` writer, instead of `log_dir`.
+        alerts: The alert rules and actions: an `AlertOptions` (or a dict
+            of its fields); True for the defaults
+            (`keras_gradmon.alerts.default_rules()`: non-finite gradients,
+            growth, spikes, clipping most steps, update ratio out of band);
+            False for none.
         optimizer: The monitored optimizer; defaults to `model.optimizer`.
+        writer: An existing `tf.summary` writer, instead of `log_dir`.
+        hub: A `keras_gradmon.hub.Hub` shared with other monitors
+            (activations, RL health), instead of `log_dir` / `writer`.
         logs_key: The Keras logs key of the global gradient norm, or None.
         recorders: More destinations (`keras_gradmon.recorders`: JSON
             Lines, console, or your own `Recorder`).
-        hub: A `keras_gradmon.hub.Hub` shared with other monitors
-            (activations, RL health), instead of `log_dir` / `writer`: the
-            statistics go to its recorders (and `recorders` are added to it).
 
     Example:
 
     ```python
     model.compile(optimizer=keras_gradmon.GradientMonitorOptimizer(
         keras.optimizers.Adam(), every_n_steps=10), loss="mse")
-    model.fit(x, y, callbacks=[keras_gradmon.GradientSummaryCallback("logs/grads")])
+    model.fit(x, y, callbacks=[keras_gradmon.GradientMonitorCallback(
+        "logs/grads", alerts={"actions": {"critical": "stop"}})])
     ```
+    """
+
+    #: Whether the statistics themselves go to the hub (the deprecated
+    #: `GradientAlertCallback` writes only its alerts).
+    _records_numbers = True
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike | None = None,
+        *,
+        alerts: AlertOptions | Mapping[str, Any] | bool = True,
+        optimizer: Any = None,
+        writer: Any = None,
+        hub: Hub | None = None,
+        logs_key: str | None = "grad_norm",
+        recorders: Sequence[Recorder] | None = None,
+    ) -> None:
+        super().__init__()
+        # Every argument is checked now, not when `fit` starts.
+        check_hub(hub, log_dir, writer)
+        self._owns_hub = hub is None
+        self.hub = recording_hub(log_dir, writer, hub)
+        for recorder in check_recorders(recorders):
+            self.hub.add(recorder)
+        if logs_key is not None and not (isinstance(logs_key, str) and logs_key):
+            raise ValueError(
+                "`logs_key` must be a non-empty string or None. "
+                f"Received: logs_key={logs_key!r}"
+            )
+        self.logs_key = logs_key
+        options = AlertOptions.of(alerts)
+        self._alerting = None
+        if options is not None:
+            self._alerting = (options.engine(), options.delivery(self.hub))
+        self._optimizer = optimizer
+        self._logs = KerasLogsRecorder({})
+        self._writer: MonitorWriter | None = None
+        self.checker: AlertChecker | None = None
+        self._steps = StepTracker()
+        self._fresh_fit = False
+        self._pending = False
+
+    @property
+    def alerts(self) -> list[Alert]:
+        """Every alert emitted so far, in order (empty without alerts)."""
+        return [] if self._alerting is None else self._alerting[0].history
+
+    @property
+    def monitor_writer(self) -> MonitorWriter:
+        """The writer of the monitored optimizer (found when training starts)."""
+        if self._writer is None:
+            monitored = self._monitored()
+            self._writer = MonitorWriter.of(
+                monitored.monitor, monitored._monitor_name()
+            )
+            if self._records_numbers:
+                self.hub.add(self._logs)
+                self._writer.link(self.hub)
+            if self._alerting is not None:
+                self.checker = AlertChecker.from_parts(monitored, *self._alerting)
+        return self._writer
+
+    def _monitored(self) -> MonitoredOptimizer:
+        return monitored_optimizer(
+            type(self).__name__, self._optimizer, getattr(self, "model", None)
+        )
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        writer = self.monitor_writer  # resolves the optimizer now
+        if self._records_numbers:
+            writer.link(self.hub)
+        if self.checker is not None:
+            writer.link(self.checker.listening)
+        self._pending = False
+        self._steps = StepTracker(read=lambda: optimizer_step(self._monitored()))
+        self._fresh_fit = True
+        self._start_reads()
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        step = optimizer_step(self._monitored())
+        if self._fresh_fit and step > 0:
+            # After every `on_train_begin` (`BackupAndRestore` restores there):
+            # what a restored state holds was written by the run that made it.
+            self.monitor_writer.skip_recorded()
+        self._fresh_fit = False
+        self._steps.start_epoch(step)
+
+    def _batch_logs(self, logs: dict | None) -> None:
+        self.monitor_writer.write_immediate()
+        self._update_logs(logs)
+
+    def _read_batch(self, batch: int) -> None:
+        """Reads what the steps up to the end of `batch` recorded, if a
+        summary can be among them: at once where alerts may act on it, else
+        on the writer's thread."""
+        first, end = self._steps.batch_end(batch)
+        writer = self.monitor_writer
+        monitor = writer.monitor
+        scalars = monitor.schedule.any_due(first, end)
+        histograms = monitor.histogram_schedule.any_due(first, end)
+        # After a look that found nothing (a skipped step delayed the
+        # summary): look after every step until it shows up.
+        missed = writer.missed or self._pending
+        if not (scalars or histograms or missed):
+            return
+        writer.claim()  # the tag scope is known from here on
+        self._resolve_logs_keys()
+        if self.checker is None:
+            writer.capture(scalars or missed, histograms or missed)
+            return
+        before = self.checker.checked_step
+        self.checker.check()
+        self._pending = self.checker.checked_step == before
+        if self.checker.stop_requested:
+            self.model.stop_training = True
+
+    def _resolve_logs_keys(self) -> None:
+        """Keys the Keras logs to the global norm's tag, once the monitor's
+        tag scope is known (it may be derived when the writer claims)."""
+        if self.logs_key and not self._logs.keys:
+            scope = self.monitor_writer.monitor.tags.scope
+            self._logs.keys = {self.logs_key: tag("grad_norm", GLOBAL, scope)}
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self._read_last()
+        writer = self.monitor_writer
+        if self.checker is not None:
+            self.checker.check()
+            if self.checker.stop_requested:
+                self.model.stop_training = True
+        writer.write()  # what is queued first, then what is fresh
+        writer.flush()
+        writer.write_immediate()
+        self._update_logs(logs)
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        writer = self.monitor_writer
+        writer.close()
+        writer.unlink(self.hub)
+        if self.checker is not None:
+            self.checker.close()  # closes the hub where it is this callback's
+        elif self._owns_hub:
+            self.hub.close()
+        else:
+            self.hub.flush()
+
+    def _update_logs(self, logs: dict | None) -> None:
+        self._logs.update(logs)
+        if logs is not None and self.checker is not None:
+            logs["grad_alerts"] = float(len(self.alerts))
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"{old} is deprecated and will be removed in the next release; use "
+        f"{new} instead.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+class GradientSummaryCallback(GradientMonitorCallback):
+    """Deprecated: `GradientMonitorCallback(log_dir, alerts=False)`, or
+    `keras_gradmon.watch(model, log_dir)`. Writes what a monitored optimizer
+    recorded, during `fit`, without alerts.
+
+    Example:
+
+    >>> GradientSummaryCallback("logs")  # doctest: +SKIP
+    DeprecationWarning: GradientSummaryCallback is deprecated ...
     """
 
     def __init__(
@@ -442,147 +635,36 @@ class GradientSummaryCallback(BatchReads, keras.callbacks.Callback):
         recorders: Sequence[Recorder] | None = None,
         hub: Hub | None = None,
     ) -> None:
-        super().__init__()
-        check_hub(hub, log_dir, writer)
-        self._tensorboard = (
-            TensorBoardRecorder(log_dir=log_dir, writer=writer) if hub is None else None
+        _deprecated(
+            "GradientSummaryCallback", "GradientMonitorCallback(log_dir, alerts=False)"
         )
-        self._hub = hub
-        self._extra = check_recorders(recorders)
-        if logs_key is not None and not (isinstance(logs_key, str) and logs_key):
-            raise ValueError(
-                "`logs_key` must be a non-empty string or None. "
-                f"Received: logs_key={logs_key!r}"
-            )
-        self.logs_key = logs_key
-        self._optimizer = optimizer
-        self._logs: KerasLogsRecorder | None = None
-        self._writer: MonitorWriter | None = None
-        self._steps = StepTracker()
-
-    @property
-    def monitor_writer(self) -> MonitorWriter:
-        """The writer of the monitored optimizer (made when training starts)."""
-        if self._writer is None:
-            monitored = self._monitored()
-            scope = monitored.monitor.config.tag_scope
-            norm = tag("grad_norm", GLOBAL, scope)
-            self._logs = KerasLogsRecorder(
-                {self.logs_key: norm} if self.logs_key else {}
-            )
-            self._logs_resolved = False
-            recorders = [self._tensorboard, self._logs, *self._extra]
-            self._writer = MonitorWriter(
-                monitored.monitor,
-                [r for r in recorders if r is not None],
-                monitored._monitor_name(),
-                asynchronous=True,
-                hub=self._hub,
-            )
-        return self._writer
-
-    def _monitored(self) -> MonitoredOptimizer:
-        return monitored_optimizer(
-            type(self).__name__, self._optimizer, getattr(self, "model", None)
+        if hub is None and log_dir is None and writer is None:
+            TensorBoardRecorder(log_dir, writer)  # it needs one: says so
+        super().__init__(
+            log_dir,
+            alerts=False,
+            optimizer=optimizer,
+            writer=writer,
+            hub=hub,
+            logs_key=logs_key,
+            recorders=recorders,
         )
 
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        self.monitor_writer  # noqa: B018 - resolves the optimizer now
-        self._steps = StepTracker(read=lambda: optimizer_step(self._monitored()))
-        self._start_reads()
 
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._steps.start_epoch(optimizer_step(self._monitored()))
-
-    def _batch_logs(self, logs: dict | None) -> None:
-        self.monitor_writer.write_immediate()
-        self._logs.update(logs)
-
-    def _read_batch(self, batch: int) -> None:
-        """Captures what the steps up to the end of `batch` recorded, if a
-        summary can be among them."""
-        first, end = self._steps.batch_end(batch)
-        writer = self.monitor_writer
-        monitor = writer.monitor
-        scalars = monitor.schedule.any_due(first, end)
-        histograms = monitor.histogram_schedule.any_due(first, end)
-        # After a look that found nothing (a skipped step delayed the
-        # summary): look after every step until it shows up.
-        missed = writer.missed
-        if scalars or histograms or missed:
-            writer.claim()  # the tag scope is known from here on
-            self._resolve_logs_keys()
-            writer.capture(scalars or missed, histograms or missed)
-
-    def _resolve_logs_keys(self) -> None:
-        """Keys the Keras logs to the global norm's tag, once the monitor's
-        tag scope is known (it may be derived when the writer claims)."""
-        if self.logs_key and not self._logs_resolved:
-            scope = self.monitor_writer.monitor.tags.scope
-            self._logs.keys = {self.logs_key: tag("grad_norm", GLOBAL, scope)}
-            self._logs_resolved = True
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self._read_last()
-        self.monitor_writer.write()  # what is queued first, then what is fresh
-        self.monitor_writer.flush()
-        self.monitor_writer.write_immediate()
-        self._logs.update(logs)
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        self.monitor_writer.close()
-
-
-# ---- from callbacks.alerts ----
-
-class GradientAlertCallback(BatchReads, keras.callbacks.Callback):
-    """Runs alert rules on each fresh summary of a `GradientMonitorOptimizer`.
-
-    Each alert is an entry of `alerts`, an `alerts/<rule>` scalar (0 or 1
-    at each summary) when `log_dir` or `writer` is given and, optionally, a
-    JSON line. On the console (logger "keras_gradmon") alerts are grouped
-    into incidents: the first of each (rule, subject, tier) is one readable
-    line, its repeats fold into a few lines (see `fold_steps`).
-    Keras `logs` get `grad_alerts`, the number of alerts so far. The tier's
-    action then runs: "log", "stop" (sets `model.stop_training`, as
-    `TerminateOnNaN` does), "raise" (`GradientAlertError` with the step, rule
-    and value) or a callable taking the `Alert`.
-
-    Rules see each summary once (a rule never fires again on numbers it has
-    seen); a diverging run logs a handful of lines, not one per step.
-    `cooldown_steps` / `max_per_rule` thin out the alerts themselves.
-
-    Args:
-        rules: Rules by name (or a list); None for
-            `keras_gradmon.alerts.default_rules()` (non-finite gradients,
-            10x growth within 3 summaries, spikes, also between summaries,
-            skipped spikes, more than half of the last 1,000 steps clipped,
-            an update/weight ratio out of band).
-        actions: `{"warning": action, "critical": action}`; "log" by default.
-        optimizer: The monitored optimizer; defaults to `model.optimizer`.
-        log_dir: Directory for the `alerts/<rule>` scalars, or `writer`.
-        writer: An existing `tf.summary` writer.
-        jsonl_path: Append each alert as a JSON line to this file.
-        cooldown_steps: Do not repeat the same rule, tier and subject within
-            this many steps.
-        max_per_rule: At most this many alerts per rule and tier.
-        hub: A `keras_gradmon.hub.Hub` to publish the flags and alert texts
-            to (its recorders get them), instead of `log_dir` / `writer`.
-        fold_steps: The log lines group alerts into incidents (rule,
-            subject, tier): the first in full, repeats folded into one line
-            after `fold_steps` steps (then 2x, 4x, ... as many), one line
-            when the incident ends (quiet for `fold_steps` steps). None logs
-            every alert in full. The alerts themselves are all kept.
+class GradientAlertCallback(GradientMonitorCallback):
+    """Deprecated: `GradientMonitorCallback(log_dir, alerts=AlertOptions(...))`,
+    which writes the alerts beside the statistics. Runs the alert rules on
+    each fresh summary of a monitored optimizer during `fit`, writing only
+    the `alerts/<rule>` flags and alert texts to `log_dir` / `writer` /
+    `hub`; the options are those of `AlertOptions`.
 
     Example:
 
-    ```python
-    from keras_gradmon.alerts import ThresholdRule
-    model.fit(x, y, callbacks=[keras_gradmon.GradientAlertCallback(
-        rules=[ThresholdRule(warning=1e4, critical=5e4)],
-        actions={"critical": "stop"})])
-    ```
+    >>> GradientAlertCallback(actions={"critical": "stop"})  # doctest: +SKIP
+    DeprecationWarning: GradientAlertCallback is deprecated ...
     """
+
+    _records_numbers = False
 
     def __init__(
         self,
@@ -597,74 +679,20 @@ class GradientAlertCallback(BatchReads, keras.callbacks.Callback):
         hub: Hub | None = None,
         fold_steps: int | None = DEFAULT_FOLD_STEPS,
     ) -> None:
-        super().__init__()
-        # Every argument is checked now, not when `fit` starts.
-        self._engine, self._delivery = alerting(
-            rules,
-            actions,
-            log_dir,
-            writer,
-            jsonl_path,
-            cooldown_steps,
-            max_per_rule,
-            hub,
-            fold_steps,
+        _deprecated(
+            "GradientAlertCallback", "GradientMonitorCallback(alerts=AlertOptions(...))"
         )
-        self._optimizer = optimizer
-        self.checker: AlertChecker | None = None
-        self._steps = StepTracker()
-        self._pending = False
-
-    @property
-    def alerts(self) -> list[Alert]:
-        """Every alert emitted so far, in order."""
-        return self._engine.history
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        if self.checker is None:
-            monitored = monitored_optimizer(
-                type(self).__name__, self._optimizer, self.model
-            )
-            self.checker = AlertChecker.from_parts(
-                monitored, self._engine, self._delivery
-            )
-        optimizer = self.checker.optimizer
-        self._steps = StepTracker(read=lambda: optimizer_step(optimizer))
-        self._pending = False
-        self._start_reads()
-
-    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
-        self._steps.start_epoch(optimizer_step(self.checker.optimizer))
-
-    def _batch_logs(self, logs: dict | None) -> None:
-        self._update_logs(logs)
-
-    def _read_batch(self, batch: int) -> None:
-        """Checks the rules if a summary can be among the steps up to the
-        end of `batch`."""
-        first, end = self._steps.batch_end(batch)
-        schedule = self.checker.optimizer.monitor.schedule
-        if schedule.any_due(first, end) or self._pending:
-            # Not found: a skipped step delayed it; look until it shows up.
-            self._pending = not self._check()
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self._check()
-        self._update_logs(logs)
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        self._delivery.close()
-
-    def _check(self) -> bool:
-        before = self.checker.checked_step
-        self.checker.check()
-        if self.checker.stop_requested:
-            self.model.stop_training = True
-        return self.checker.checked_step != before
-
-    def _update_logs(self, logs: dict | None) -> None:
-        if logs is not None:
-            logs["grad_alerts"] = float(len(self.alerts))
+        alerts = AlertOptions(
+            rules=rules,
+            actions=actions,
+            jsonl_path=jsonl_path,
+            cooldown_steps=cooldown_steps,
+            max_per_rule=max_per_rule,
+            fold_steps=fold_steps,
+        )
+        super().__init__(
+            log_dir, alerts=alerts, optimizer=optimizer, writer=writer, hub=hub
+        )
 
 
 # ---- from callbacks ----

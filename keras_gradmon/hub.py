@@ -30,8 +30,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
-
 # ---- from recorders.base ----
 
 @runtime_checkable
@@ -261,23 +259,6 @@ def check_hub(hub: Hub | None, log_dir: Any, writer: Any) -> None:
             "TensorBoardRecorder to the hub instead). Received: "
             f"log_dir={log_dir!r}, writer={writer!r}"
         )
-
-
-def recording_hub(log_dir: Any, writer: Any, hub: Hub | None = None) -> Hub:
-    """`hub`, or a hub of its own writing to TensorBoard at `log_dir` (or
-    through `writer`), or one with no recorder when neither is given.
-
-    Example:
-
-    >>> recording_hub(None, None).recorders
-    []
-    """
-    check_hub(hub, log_dir, writer)
-    if hub is not None:
-        return hub
-    if log_dir is None and writer is None:
-        return Hub()
-    return Hub([TensorBoardRecorder(log_dir=log_dir, writer=writer)])
 
 
 def chief_writes(variable: Any) -> bool:

@@ -177,7 +177,10 @@ def with_overrides(
     keras_gradmon.validation.UnknownOptionError: Monitor got an unknown \
 argument every_n_step=5; its options are: every_n_steps.
     """
+    # The class's own fields first, then those it inherits (the alert options).
     names = [field.name for field in dataclasses.fields(cls)]
+    own = [n for n in getattr(cls, "__annotations__", {}) if n in names]
+    names = own + [n for n in names if n not in own]
     for name, value in overrides.items():
         if name not in names:
             raise UnknownOptionError(

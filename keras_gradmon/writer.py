@@ -1,8 +1,21 @@
-"""`Worker`: one daemon thread that processes queued items in order, so that
-reading back and writing happen off the training thread.
+"""`MonitorWriter`: the one reader of a monitor's rings of recent summaries.
 
-`MonitorWriter`: publishes a monitor's fresh statistics to a `Hub` (and
-so to its recorders), once each, from a worker thread.
+Every summary a `GradientMonitor` recorded is read back once, by its
+writer, and published once to every hub linked to it (source "gradients"):
+the hubs' recorders write its numbers, and their listeners (the alert
+runners of `GradientMonitorCallback` and `AlertChecker`) get the metrics the
+alert rules read with it. Whatever asks for the numbers (the callback, a
+custom loop's `write_summaries`, an alert checker) goes through
+`MonitorWriter.of(monitor)`, so two of them never read the ring twice, nor
+write a summary twice. The reading back and the writing happen on a worker
+thread (`Worker`), or at once with `write()`.
+
+Example:
+
+>>> writer = MonitorWriter.of(optimizer.monitor)  # doctest: +SKIP
+>>> writer.link(Hub([TensorBoardRecorder("logs")]))  # doctest: +SKIP
+>>> writer.write()  # after a train step  # doctest: +SKIP
+True
 """
 
 from __future__ import annotations
@@ -17,16 +30,24 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from keras_gradmon import claims
-from keras_gradmon.columns import Cursor, Entry, latest_entry, tag, unpack
-from keras_gradmon.core.histogram import histogram_rows
+from keras_gradmon.columns import (
+    GLOBAL,
+    Cursor,
+    Entry,
+    TagTable,
+    histogram_rows,
+    latest_entry,
+    parse,
+    tag,
+    unpack,
+    variable_statistic,
+)
 from keras_gradmon.hub import GRADIENTS, Hub, Publication, Recorder, chief_writes
 
 if TYPE_CHECKING:
     from keras_gradmon.columns import HistogramSnapshot, Snapshot
     from keras_gradmon.core.monitor import GradientMonitor
 
-
-# ---- from recorders.worker ----
 
 _STOP = object()
 _live: weakref.WeakSet = weakref.WeakSet()
@@ -113,9 +134,68 @@ def _drain_all() -> None:
             worker.drain()
 
 
-# ---- from recorders.writer ----
-
 logger = logging.getLogger("keras_gradmon")
+
+#: The metrics `summary_metrics` builds itself, per variable too.
+_NORM_METRICS = ("grad_norm", "grad_nonfinite")
+
+
+class TaggedMetrics:
+    """The other scalar tags of a monitor's summaries, as rule metrics:
+    `<statistic>/<subject>` (`clip/fraction`, `update_ratio/<group>`,
+    `spikes/max_norm`, `skipped/spikes`, ...) becomes
+    `metrics[statistic][subject]`. Per-variable subjects are left out: the
+    rules read global, group and step-wide values.
+
+    Example:
+
+    >>> TaggedMetrics(monitor.tags, monitor.paths).of(snapshot)  # doctest: +SKIP
+    {'clip': {'pre_norm': 2.0, 'post_norm': 1.0, 'scale': 0.5, 'fraction': 1.0}}
+    """
+
+    def __init__(self, table: TagTable, paths: Sequence[str]) -> None:
+        self.table = table
+        scopes = () if table.scope is None else (table.scope,)
+        variables = set(paths)
+        self._parsed = {}
+        for scalar in table.scalars:
+            parsed = parse(scalar.tag, scopes)
+            if not (
+                parsed.statistic in _NORM_METRICS
+                or variable_statistic(parsed.statistic)
+                or parsed.subject in variables
+            ):
+                self._parsed[scalar.tag] = parsed
+
+    def of(self, snapshot: Snapshot) -> dict[str, dict[str, float]]:
+        """The metrics of one summary."""
+        values = self.table.values_of(snapshot.values, snapshot.has_grad, self._parsed)
+        metrics: dict[str, dict[str, float]] = {}
+        for name, value in values.items():
+            parsed = self._parsed[name]
+            metrics.setdefault(parsed.statistic, {})[parsed.subject] = value
+        return metrics
+
+
+def summary_metrics(
+    snapshot: Snapshot, tagged: TaggedMetrics | None = None
+) -> dict[str, dict[str, float]]:
+    """The numbers the rules read, from one snapshot: `grad_norm` and
+    `grad_nonfinite` of "global", each group and each variable with a
+    gradient; with `tagged`, the monitor's other scalar tags too (see
+    `TaggedMetrics`).
+
+    Example:
+
+    >>> summary_metrics(snapshot)["grad_norm"]["global"]  # doctest: +SKIP
+    0.81
+    """
+    norms = {GLOBAL: snapshot.totals["grad_norm"]}
+    norms.update(zip(snapshot.groups, map(float, snapshot.group_grad_norm)))
+    norms.update(snapshot.grad_stat("norm"))
+    nonfinite = snapshot.grad_stat("nonfinite")
+    metrics = {} if tagged is None else tagged.of(snapshot)
+    return {**metrics, "grad_norm": norms, "grad_nonfinite": nonfinite}
 
 
 def histogram_values(monitor: GradientMonitor, snapshot: HistogramSnapshot) -> dict:
@@ -135,47 +215,44 @@ def histogram_values(monitor: GradientMonitor, snapshot: HistogramSnapshot) -> d
     return out
 
 
+def _immediate(recorder: Recorder) -> bool:
+    return bool(getattr(recorder, "immediate", False))
+
+
 class MonitorWriter:
-    """Publishes every summary a `GradientMonitor` recorded to a `Hub`, once
-(source "gradients"): the hub's recorders write it.
+    """Reads a `GradientMonitor`'s recorded summaries back, once each, and
+    publishes them to every linked hub (see the module docstring).
 
     `capture()` is what the training thread calls after a step that may
-    have recorded: a few raw variable reads of the monitor's rings of
-    recent summaries (`keras_gradmon.core.state`), no wait for the device.
-    With `asynchronous=True` a worker thread then reads the numbers, builds
-    the tags and writes every summary recorded since the last capture, in
-    step order; its queue is bounded (`capture` waits when it is full:
-    back-pressure, not memory), and it flushes the recorders whenever it
-    runs dry, so everything captured lands in the files even if training
-    stops with an exception. `close()` drains the queue, writes what is
-    fresh and closes the recorders. Recorders marked `immediate` (Keras
-    logs) get the newest summary of a capture when `write_immediate()` is
-    called, where the logs are filled.
+    have recorded: a few raw variable reads of the monitor's rings, no wait
+    for the device; the worker thread then reads the numbers, builds the
+    tags and publishes every summary recorded since the last look, in step
+    order. Its queue is bounded (`capture` waits when it is full:
+    back-pressure, not memory), and it flushes the hubs whenever it runs
+    dry, so everything captured lands in the files even if training stops
+    with an exception. `write()` does the same at once, after whatever is
+    queued. Recorders marked `immediate` (Keras logs) get the newest summary
+    of a capture when `write_immediate()` is called, where the logs are
+    filled.
 
-    More summaries recorded between two captures than the state keeps
+    More summaries recorded between two looks than the state keeps
     (`summary_history`) are counted, written as `dropped/summaries` (and
-    `dropped/histograms`), and reported once on the console.
-
-    Under a multi-worker strategy only the chief writes (TensorFlow's
+    `dropped/histograms`), and reported once on the console. Under a
+    multi-worker strategy only the chief writes (TensorFlow's
     `strategy.extended.should_save_summary`); the other workers read the
-    same numbers (`latest`, for Keras logs) and write nothing.
+    same numbers (`latest`) and publish them to listeners only.
 
     Args:
         monitor: The monitor (a wrapper's `.monitor`).
-        recorders: Where to write: added to the hub.
+        recorders: Recorders of a hub of this writer's own, linked now.
         label: How errors name the monitored optimizer.
-        asynchronous: Read back and write on a worker thread.
         queue_size: The most captures waiting for the worker.
-        hub: A hub shared with other monitors (activations, RL health);
-            None: a hub of this writer's own, closed by `close()` (a shared
-            one is flushed, and closed by its owner).
+        hub: A hub to link now (shared with other monitors).
 
     Example:
 
-    >>> writer = MonitorWriter(  # doctest: +SKIP
-    ...     optimizer.monitor, [TensorBoardRecorder("logs")])
-    >>> writer.write()  # after a train step  # doctest: +SKIP
-    True
+    >>> writer = MonitorWriter.of(optimizer.monitor)  # doctest: +SKIP
+    >>> writer.link(Hub([TensorBoardRecorder("logs")]))  # doctest: +SKIP
     """
 
     def __init__(
@@ -183,37 +260,65 @@ class MonitorWriter:
         monitor: GradientMonitor,
         recorders: Sequence[Recorder] | None = None,
         label: str = "",
-        asynchronous: bool = False,
         queue_size: int = 32,
         hub: Hub | None = None,
     ) -> None:
         self.monitor = monitor
-        self._owns_hub = hub is None
-        self.hub = Hub() if hub is None else hub
-        for recorder in recorders or ():
-            self.hub.add(recorder)
         self.label = label or "optimizer"
+        self.hubs: list[Hub] = []
+        if recorders or hub is None:
+            self.link(Hub(recorders))
+        if hub is not None:
+            self.link(hub)
         self.latest: Snapshot | None = None
         #: Whether the last look found no fresh summary where one was due (a
         #: skipped step delays it): the caller looks again after each step.
         self.missed = False
-        self._claimed = False
+        self._claimed: set[int] = set()
         self._cursors: dict[str, Cursor] = {}
         self._warned = False
         self._immediate_pending: Any = None
-        self._worker = (
-            Worker(self._process, self.flush, queue_size) if asynchronous else None
-        )
+        self._tagged: TaggedMetrics | None = None
+        self._worker = Worker(self._process, self.flush, queue_size)
+        # The monitor holds its one writer (not a registry: a monitor that
+        # is gone takes its writer, and its destinations' claims, along).
+        monitor.__dict__.setdefault("_writer", self)
+
+    @classmethod
+    def of(cls, monitor: GradientMonitor, label: str = "") -> MonitorWriter:
+        """The one writer of `monitor`, made on first use.
+
+        Example:
+
+        >>> MonitorWriter.of(monitor) is MonitorWriter.of(monitor)  # doctest: +SKIP
+        True
+        """
+        writer = monitor.__dict__.get("_writer")
+        if writer is None:
+            writer = cls(monitor, label=label, hub=Hub())
+        elif label and writer.label == "optimizer":
+            writer.label = label
+        return writer
+
+    @property
+    def hub(self) -> Hub:
+        """The first linked hub."""
+        return self.hubs[0]
 
     @property
     def recorders(self) -> list[Recorder]:
-        """The hub's recorders."""
-        return self.hub.recorders
+        """The linked hubs' recorders."""
+        return [r for hub in self.hubs for r in hub.recorders]
 
-    @property
-    def immediate(self) -> list[Recorder]:
-        """The recorders written on the capturing thread (Keras logs)."""
-        return [r for r in self.recorders if getattr(r, "immediate", False)]
+    def link(self, hub: Hub) -> Hub:
+        """Publishes to `hub` too from now on (once); returns it."""
+        if not any(h is hub for h in self.hubs):
+            self.hubs.append(hub)
+        return hub
+
+    def unlink(self, hub: Hub) -> None:
+        """Publishes no more to `hub` (write what is fresh first)."""
+        self.hubs = [h for h in self.hubs if h is not hub]
 
     @property
     def writes(self) -> bool:
@@ -231,19 +336,33 @@ class MonitorWriter:
             self._cursors[kind] = Cursor(self.monitor.layout.history)
         return self._cursors[kind]
 
+    def skip_recorded(self) -> None:
+        """Treats the summaries the state already holds as written, when
+        this writer has not read any yet: a state restored from a
+        checkpoint (`BackupAndRestore`, a resumed run) holds rows the
+        process that made them wrote already. Call it where training starts,
+        after any restore, before the first step."""
+        if not self.monitor.built or self._cursors:
+            return
+        scalars, histograms = self.monitor.state.counts()
+        self._cursor("summaries").seen = scalars
+        self._cursor("histograms").seen = histograms
+
     def claim(self) -> None:
-        """Claims the monitor's tag scope at every destination (once)."""
-        if self._claimed:
+        """Claims the monitor's tag scope at every destination of the linked
+        hubs (once per hub)."""
+        fresh = [hub for hub in self.hubs if id(hub) not in self._claimed]
+        if not fresh:
             return
         # The recorders themselves: a derived scope is announced through
         # their `write_text`.
         placed = [r for r in self.recorders if r.destination is not None]
         claims.claim_monitor(self.monitor, placed, self.label)
-        self._claimed = True
+        self._claimed.update(id(hub) for hub in fresh)
 
     def capture(self, scalars: bool = True, histograms: bool = False) -> None:
-        """Takes the recent statistics (and histograms) for writing: on the
-        worker thread if asynchronous, else now."""
+        """Takes the recent statistics (and histograms) for the worker thread
+        to publish."""
         if not self.monitor.built:
             return
         self.claim()
@@ -252,60 +371,14 @@ class MonitorWriter:
             state.capture_scalars() if scalars else None,
             state.capture_histograms() if histograms else None,
         )
-        if scalars and self.immediate:
+        if scalars:
             self._immediate_pending = item[0]
-        if self._worker is None:
-            self._process(item)
-        else:
-            self._worker.put(item)
-
-    def write_immediate(self) -> None:
-        """Gives the `immediate` recorders (Keras logs) the newest summary of
-        the last capture, if not given yet. Called where the logs are filled:
-        reading the numbers waits for the step that made them, which on JAX
-        is then the thread Keras runs the batch hooks on, not training's."""
-        captured, self._immediate_pending = self._immediate_pending, None
-        if captured is not None:
-            self._write_immediate(captured, self.immediate)
-
-    def _write_immediate(self, captured: tuple, immediate: list[Recorder]) -> None:
-        entry = latest_entry(self.monitor.layout.history, *unpack(captured))
-        if entry is None:
-            return
-        snapshot = self.monitor.scalar_values(entry.step, *entry.payloads)
-        wanted = {t for r in immediate for t in getattr(r, "keys", {}).values()}
-        values = self.monitor.tags.values_of(
-            snapshot.values, snapshot.has_grad, wanted
-        )
-        publication = Publication(snapshot.step, GRADIENTS, scalars=values)
-        self.hub.write(publication, immediate)
-
-    def _publish(self, step: int, recorders: list[Recorder], **numbers: dict) -> None:
-        publication = Publication(step, GRADIENTS, origin=self.monitor, **numbers)
-        self.hub.publish(publication, recorders)
-
-    def _process(self, item: tuple) -> None:
-        scalars, histograms = item
-        fresh = False
-        if scalars is not None:
-            entries, lost = self._cursor("summaries").new(*unpack(scalars))
-            for entry in entries:
-                snapshot = self.monitor.scalar_values(entry.step, *entry.payloads)
-                self._write_scalars(snapshot)
-            self._report_lost("summaries", lost, entries)
-            fresh = bool(entries)
-        if histograms is not None:
-            entries, lost = self._cursor("histograms").new(*unpack(histograms))
-            for entry in entries:
-                snapshot = self.monitor.histogram_values(entry.step, *entry.payloads)
-                self._write_histograms(snapshot)
-            self._report_lost("histograms", lost, entries)
-            fresh = fresh or bool(entries)
-        self.missed = not fresh
+        self._worker.put(item)
 
     def write(self) -> bool:
-        """Writes fresh scalars and histograms now, after whatever is queued,
-        and flushes them to their files; returns whether there were any."""
+        """Publishes fresh scalars and histograms now, after whatever is
+        queued, and flushes them to their files; returns whether there were
+        any."""
         if not self.monitor.built:
             return False
         self.drain()
@@ -315,29 +388,88 @@ class MonitorWriter:
         if fresh_stats or fresh_hist:
             self.claim()
             state = self.monitor.state
-            self._process(
-                (
-                    state.capture_scalars() if fresh_stats else None,
-                    state.capture_histograms() if fresh_hist else None,
-                )
+            item = (
+                state.capture_scalars() if fresh_stats else None,
+                state.capture_histograms() if fresh_hist else None,
             )
+            if fresh_stats:
+                self._immediate_pending = item[0]
+            self._process(item)
             self.flush()
         return fresh_stats or fresh_hist
 
-    def _deferred(self) -> list[Recorder]:
-        """The recorders written from the queue: all but the immediate ones."""
-        return [r for r in self.recorders if not getattr(r, "immediate", False)]
+    def write_immediate(self) -> None:
+        """Gives the `immediate` recorders (Keras logs) the newest summary of
+        the last capture, if not given yet. Called where the logs are filled:
+        reading the numbers waits for the step that made them, which on JAX
+        is then the thread Keras runs the batch hooks on, not training's."""
+        captured, self._immediate_pending = self._immediate_pending, None
+        immediate = [r for r in self.recorders if _immediate(r)]
+        if captured is None or not immediate:
+            return
+        entry = latest_entry(self.monitor.layout.history, *unpack(captured))
+        if entry is None:
+            return
+        snapshot = self.monitor.scalar_values(entry.step, *entry.payloads)
+        wanted = {t for r in immediate for t in getattr(r, "keys", {}).values()}
+        values = self.monitor.tags.values_of(
+            snapshot.values, snapshot.has_grad, wanted
+        )
+        publication = Publication(snapshot.step, GRADIENTS, scalars=values)
+        for hub in self.hubs:
+            hub.write(publication, [r for r in hub.recorders if _immediate(r)])
 
-    def _write_scalars(self, snapshot: Snapshot) -> None:
-        if self.writes:
-            values = self.monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
-            self._publish(snapshot.step, self._deferred(), scalars=values)
+    def _process(self, item: tuple) -> None:
+        scalars, histograms = item
+        fresh = False
+        if scalars is not None:
+            entries, lost = self._cursor("summaries").new(*unpack(scalars))
+            for entry in entries:
+                snapshot = self.monitor.scalar_values(entry.step, *entry.payloads)
+                self._publish_scalars(snapshot)
+            self._report_lost("summaries", lost, entries)
+            fresh = bool(entries)
+        if histograms is not None:
+            entries, lost = self._cursor("histograms").new(*unpack(histograms))
+            for entry in entries:
+                snapshot = self.monitor.histogram_values(entry.step, *entry.payloads)
+                if self.writes:
+                    values = histogram_values(self.monitor, snapshot)
+                    self._publish(snapshot.step, histograms=values)
+            self._report_lost("histograms", lost, entries)
+            fresh = fresh or bool(entries)
+        self.missed = not fresh
+
+    def _publish(self, step: int, deferred: bool = False, **numbers: Any) -> None:
+        """Publishes to every linked hub: to its listeners, and to its
+        recorders (`deferred`: those not written at once, Keras logs aside)."""
+        publication = Publication(step, GRADIENTS, origin=self.monitor, **numbers)
+        for hub in list(self.hubs):
+            recorders = hub.recorders
+            if deferred:
+                recorders = [r for r in recorders if not _immediate(r)]
+            hub.publish(publication, recorders)
+
+    def _publish_scalars(self, snapshot: Snapshot) -> None:
+        """One summary: its tags for the recorders (where this process
+        writes) and its metrics for the listeners (the alert runners)."""
+        writes, monitor = self.writes, self.monitor
+        values = {}
+        if writes:
+            values = monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
+        metrics = summary_metrics(snapshot, self._tagged_metrics())
+        self._publish(
+            snapshot.step, True, scalars=values, metrics=metrics, record=writes
+        )
         self.latest = snapshot
 
-    def _write_histograms(self, snapshot: HistogramSnapshot) -> None:
-        if self.writes:
-            values = histogram_values(self.monitor, snapshot)
-            self._publish(snapshot.step, self.recorders, histograms=values)
+    def _tagged_metrics(self) -> TaggedMetrics:
+        """The metrics reader of the monitor's current tag table (rebuilt
+        when the table is, e.g. under a derived scope)."""
+        monitor = self.monitor
+        if self._tagged is None or self._tagged.table is not monitor.tags:
+            self._tagged = TaggedMetrics(monitor.tags, monitor.paths)
+        return self._tagged
 
     def _report_lost(self, kind: str, lost: int, entries: list[Entry]) -> None:
         """Writes the count of `kind` lost so far (and says so, once)."""
@@ -360,24 +492,21 @@ class MonitorWriter:
         step = entries[0].step if entries else -1
         if self.writes and step >= 0:
             name = tag("dropped", kind, self.monitor.tags.scope)
-            self._publish(step, self.recorders, scalars={name: float(total)})
+            self._publish(step, scalars={name: float(total)})
 
     def drain(self) -> None:
-        """Waits until every capture so far is written (re-raising a
+        """Waits until every capture so far is published (re-raising a
         worker's error here, on the caller's thread)."""
-        if self._worker is not None:
-            self._worker.drain()
+        self._worker.drain()
 
     def flush(self) -> None:
-        """Flushes the hub's recorders."""
-        self.hub.flush()
+        """Flushes the linked hubs' recorders."""
+        for hub in list(self.hubs):
+            hub.flush()
 
     def close(self) -> None:
-        """Drains, writes what is fresh, then closes every recorder."""
+        """Drains and publishes what is fresh; ends the worker thread (a
+        later capture starts a new one). The hubs are their owners' to
+        close."""
         self.write()
-        if self._worker is not None:
-            self._worker.stop()
-        if self._owns_hub:
-            self.hub.close()
-        else:
-            self.flush()  # a shared hub: its owner closes it
+        self._worker.stop()

@@ -51,12 +51,15 @@ def _texts(events, prefix: str) -> dict[str, list[str]]:
     return out
 
 
-def _gan(log_dir: str) -> tuple:
+def _gan(log_dir: str, alerts_dir=None, checkers=None) -> tuple:
     """A generator's and a discriminator's unnamed wrappers, two steps each,
-    written to one writer with `write_summaries`."""
+    written to one writer with `write_summaries` (with an alert checker of
+    the discriminator writing to `alerts_dir`, if given, into `checkers`)."""
     generator, discriminator = _model("generator"), _model("discriminator", 3)
     g_opt = keras_gradmon.wrap(keras.optimizers.SGD(0.0), every_n_steps=1)
     d_opt = keras_gradmon.wrap(keras.optimizers.SGD(0.0), every_n_steps=1)
+    if alerts_dir is not None:
+        checkers.append(keras_gradmon.AlertChecker(d_opt, log_dir=str(alerts_dir)))
     writer = tf.summary.create_file_writer(log_dir)
     norms: dict[str, list[float]] = {"g": [], "d": []}
     for step in range(2):
@@ -190,8 +193,9 @@ def test_a_named_wrapper_keeps_its_scope_and_a_derived_one_can_clash(tmp_path):
 
 
 def test_alert_flags_use_the_derived_scope(tmp_path):
-    _, d_opt, _ = _gan(str(tmp_path / "gan"))
-    checker = keras_gradmon.AlertChecker(d_opt, log_dir=str(tmp_path / "alerts"))
+    checkers = []
+    _gan(str(tmp_path / "gan"), tmp_path / "alerts", checkers)
+    [checker] = checkers
     assert checker.check() == []
     events = load_events(str(tmp_path / "alerts"))
     flags = scalar_series(events, "alerts/discriminator/nonfinite")

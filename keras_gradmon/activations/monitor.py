@@ -7,8 +7,9 @@ construction, not at `fit`).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from keras_gradmon import defaults, validation
 from keras_gradmon.activations.layers import (
@@ -21,28 +22,25 @@ from keras_gradmon.activations.probe import (
     ActivationProbe,
     ActivationSnapshot,
 )
-from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.defaults import (
     ACTIVATION_STD,
     DEAD_FRACTION,
     default_activation_rules,
 )
 from keras_gradmon.alerts.delivery import (
-    Action,
     AlertDelivery,
+    AlertOptions,
     AlertRunner,
-    alerting,
 )
 from keras_gradmon.alerts.engine import AlertEngine
 from keras_gradmon.alerts.events import Alert
-from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
-from keras_gradmon.hub import ACTIVATIONS, Hub, Publication, chief_writes, recording_hub
+from keras_gradmon.hub import ACTIVATIONS, Hub, Publication, chief_writes
+from keras_gradmon.recorders.tensorboard import recording_hub
 from keras_gradmon.schedule import Frequency, Schedule
-from keras_gradmon.validation import with_overrides
 
 
 @dataclasses.dataclass(frozen=True)
-class ActivationOptions:
+class ActivationOptions(AlertOptions):
     """The options of `ActivationMonitor` and `ActivationMonitorCallback`
     (see `ActivationMonitor` for each), validated at construction.
 
@@ -56,21 +54,17 @@ class ActivationOptions:
     ```
     """
 
-    data: Any
+    SECTION: ClassVar[str] = "activations"
+
+    data: Any = None
     layers: str | Sequence[str] | None = None
     every_n_steps: Frequency = defaults.ACTIVATION_EVERY_N_STEPS
     histogram_buckets: int | None = defaults.ACTIVATION_HISTOGRAM_BUCKETS
     std_band: tuple[float, float] | None = defaults.STD_BAND
     dead_fraction: float | None = defaults.DEAD_FRACTION
-    rules: Mapping[str, Rule] | Sequence[Rule] | None = None
-    actions: Mapping[str, Action] | None = None
     log_dir: str | None = None
     writer: Any = None
-    jsonl_path: str | None = None
-    cooldown_steps: int = 0
-    max_per_rule: int | None = None
     tag_scope: str | None = None
-    fold_steps: int | None = DEFAULT_FOLD_STEPS
 
     def __post_init__(self) -> None:
         if self.data is None:
@@ -78,6 +72,7 @@ class ActivationOptions:
                 "`data` must be a batch of model inputs to probe the layers "
                 "with (e.g. x_val[:256]). Received: data=None"
             )
+        super().__post_init__()
         check_layers_argument(self.layers)
         if self.histogram_buckets is not None:
             validation.positive_int("histogram_buckets", self.histogram_buckets)
@@ -86,52 +81,66 @@ class ActivationOptions:
         self.schedule()
         self.alerting()
 
-    @classmethod
-    def of(
-        cls, options: Any, overrides: Mapping[str, Any], owner: str
-    ) -> ActivationOptions:
-        """The options from `options` (an `ActivationOptions`, or the probe
-        batch `data`, or None) and keyword `overrides` (see
-        `keras_gradmon.validation.with_overrides`).
-
-        Example:
-
-        >>> ActivationOptions.of(x, {"every_n_steps": 10}, "m")  # doctest: +SKIP
-        ActivationOptions(data=..., every_n_steps=10, ...)
-        """
-        if options is not None and not isinstance(options, cls):
-            if "data" in overrides:
-                raise ValueError(
-                    f"{owner} got the probe batch twice: as its second "
-                    "argument and as `data=`. Pass one."
-                )
-            overrides = {"data": options, **overrides}
-            options = None
-        return with_overrides(cls, options, overrides, owner)
-
     def schedule(self) -> Schedule:
         """When to measure (validates `every_n_steps`)."""
         return Schedule(self.every_n_steps)
 
+    def default_rules(self) -> Any:
+        """The rules of `rules=None`: the activation defaults, in this
+        options' `std_band` and `dead_fraction`."""
+        return default_activation_rules(self.std_band, self.dead_fraction)
+
     def alerting(self, hub: Hub | None = None) -> tuple[AlertEngine, AlertDelivery]:
         """The alert engine and delivery (validates the alert options); the
         flags go to `hub`, else to `log_dir` / `writer`."""
-        rules = self.rules
-        if rules is None:
-            rules = default_activation_rules(self.std_band, self.dead_fraction)
-        engine, delivery = alerting(
-            rules,
-            self.actions,
-            self.log_dir if hub is None else None,
-            self.writer if hub is None else None,
-            self.jsonl_path,
-            self.cooldown_steps,
-            self.max_per_rule,
-            hub,
-            self.fold_steps,
-        )
+        if hub is None:
+            delivery = self.delivery(log_dir=self.log_dir, writer=self.writer)
+        else:
+            delivery = self.delivery(hub)
         delivery.tag_scope = self.tag_scope
-        return engine, delivery
+        return self.engine(), delivery
+
+
+def activation_options(
+    owner: str,
+    data: Any = None,
+    config: Any = None,
+    alerts: Any = None,
+    /,
+    **options: Any,
+) -> ActivationOptions:
+    """The options an activation monitor (or its callback) is given: the
+    probe batch `data`, `config` (an `ActivationOptions`, a dict of its
+    fields, or a config file's path: its `activations` section), keyword
+    `options` on top, and `alerts` (`AlertOptions`). The older spellings,
+    an `ActivationOptions` in place of `data` and `options=`, still work,
+    with a `DeprecationWarning`.
+
+    Example:
+
+    >>> activation_options("m", x, every_n_steps=10).every_n_steps  # doctest: +SKIP
+    10
+    """
+    if isinstance(data, ActivationOptions) or "options" in options:
+        given = data if isinstance(data, ActivationOptions) else options.pop("options")
+        data = None if isinstance(data, ActivationOptions) else data
+        warnings.warn(
+            f"{owner}(options=...) is deprecated and will be removed in the "
+            f"next release; pass the options as {owner}(data, config=...).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if config is not None:
+            raise ValueError(f"{owner} got both `config` and `options`: pass one.")
+        config = given
+    if data is not None:
+        if "data" in options:
+            raise ValueError(
+                f"{owner} got the probe batch twice: as its first argument "
+                "and as `data=`. Pass one."
+            )
+        options["data"] = data
+    return ActivationOptions.build(config, alerts, owner, **options)
 
 
 #: When to measure: every N steps, or a callable from the step (an int64
@@ -183,16 +192,21 @@ class ActivationMonitor:
     The numbers are published to a `keras_gradmon.hub.Hub` (source
     "activations"): its own, writing to `log_dir` / `writer`, or `hub`,
     shared with other monitors. The options come as an `ActivationOptions`
-    or, one by one, as keyword arguments (its fields, listed below).
+    (`config`) or, one by one, as keyword arguments (its fields, listed
+    below), and the alert options as `alerts` (`AlertOptions`).
 
     Args:
         model: A Keras 3 or tf_keras model or tf-agents network.
-        options: An `ActivationOptions`, or the probe batch `data`.
+        data: The probe batch (see `data` below).
+        config: An `ActivationOptions`, a dict of its fields, or a config
+            file's path (its `activations` section).
+        alerts: An `AlertOptions` (or a dict of its fields), False for no
+            alerts; the alert options below one by one are the same.
         forward: Runs the model on the probe batch; default
             `model(data, training=False)`.
         hub: Publish to this hub instead of one of the monitor's own (then
             without `log_dir` / `writer`).
-        **overrides: Options, replacing those of `options`:
+        **options: Options, replacing those of `config`:
 
         data: The probe batch, as `model` takes it (a few hundred samples of
             held-out inputs; its size is the window of the dead-unit count).
@@ -211,7 +225,7 @@ class ActivationMonitor:
         rules: Alert rules by name (reading the metrics
             "activation_std" and "activation_dead_fraction"), instead of
             the defaults; `{}` for none.
-        actions: `{tier: action}`, as for `GradientAlertCallback`.
+        actions: `{tier: action}`, as for `AlertOptions`.
         log_dir: Directory of the event file; or `writer`, an existing
             `tf.summary` writer. Neither: nothing is written.
         jsonl_path: Append each alert as one JSON line to this file.
@@ -240,13 +254,18 @@ class ActivationMonitor:
     def __init__(
         self,
         model: Any,
-        options: ActivationOptions | Any = None,
+        data: Any = None,
+        /,
         *,
+        config: ActivationOptions | Mapping[str, Any] | str | None = None,
+        alerts: AlertOptions | Mapping[str, Any] | bool | None = None,
         forward: Callable[[Any], Any] | None = None,
         hub: Hub | None = None,
-        **overrides: Any,
+        **options: Any,
     ) -> None:
-        options = ActivationOptions.of(options, overrides, "ActivationMonitor")
+        options = activation_options(
+            "ActivationMonitor", data, config, alerts, **options
+        )
         self.options = options
         self.every_n_steps = options.every_n_steps
         self.schedule = options.schedule()

@@ -30,9 +30,9 @@ from keras import ops
 
 from keras_gradmon.activations.layers import WatchedLayer, capture_outputs
 from keras_gradmon.backend import Tensor
-from keras_gradmon.columns import tag
+from keras_gradmon.columns import histogram_rows, tag
 from keras_gradmon.core.batched import tensor_statistics
-from keras_gradmon.core.histogram import bucket_counts, histogram_rows
+from keras_gradmon.core.histogram import bucket_counts
 
 #: Activations whose output saturates, and the values counted as saturated:
 #: |tanh| >= 0.99 and sigmoid <= 0.01 or >= 0.99. There the derivative is

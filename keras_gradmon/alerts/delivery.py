@@ -16,9 +16,11 @@ delivers what fires (`runner.AlertDelivery`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.engine import AlertEngine, RateLimiter
@@ -31,27 +33,20 @@ from keras_gradmon.alerts.events import (
 )
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
 from keras_gradmon.columns import (
-    GLOBAL,
     NO_STEP,
-    Cursor,
-    TagTable,
-    parse,
     tag,
-    unpack,
-    variable_statistic,
 )
 from keras_gradmon.hub import (
     ALERTS,
-    GRADIENTS,
     Hub,
     Publication,
     chief_writes,
-    recording_hub,
 )
-from keras_gradmon.recorders.tensorboard import check_log_dir
+from keras_gradmon.recorders.tensorboard import check_log_dir, recording_hub
+from keras_gradmon.validation import with_overrides
 
 if TYPE_CHECKING:
-    from keras_gradmon.columns import Snapshot
+    pass
 
 
 #: What to do when an alert of a tier fires: "log" (only the log line),
@@ -239,114 +234,25 @@ class AlertRunner:
         return alerts
 
 
-def alerting(
-    rules: Mapping[str, Rule] | Sequence[Rule] | None = None,
-    actions: Mapping[str, Action] | None = None,
-    log_dir: str | None = None,
-    writer: Any = None,
-    jsonl_path: str | None = None,
-    cooldown_steps: int = 0,
-    max_per_rule: int | None = None,
-    hub: Hub | None = None,
-    fold_steps: int | None = DEFAULT_FOLD_STEPS,
-) -> tuple[AlertEngine, AlertDelivery]:
-    """The engine and the delivery of an alert checker, every argument
-    checked (so that callbacks fail at construction, not at `fit`)."""
-    engine = AlertEngine(
-        rules, RateLimiter(cooldown_steps=cooldown_steps, max_per_rule=max_per_rule)
-    )
-    if jsonl_path is not None:
-        check_log_dir("jsonl_path", jsonl_path)
-    delivery = AlertDelivery(
-        actions,
-        log_dir=log_dir,
-        writer=writer,
-        jsonl_path=jsonl_path,
-        hub=hub,
-        fold_steps=fold_steps,
-    )
-    return engine, delivery
-
-
-#: The metrics `summary_metrics` builds itself, per variable too.
-_NORM_METRICS = ("grad_norm", "grad_nonfinite")
-
-
-class TaggedMetrics:
-    """The other scalar tags of a monitor's summaries, as rule metrics:
-    `<statistic>/<subject>` (`clip/fraction`, `update_ratio/<group>`,
-    `spikes/max_norm`, `skipped/spikes`, ...) becomes
-    `metrics[statistic][subject]`. Per-variable subjects are left out: the
-    rules read global, group and step-wide values.
-
-    Example:
-
-    >>> TaggedMetrics(monitor.tags, monitor.paths).of(snapshot)  # doctest: +SKIP
-    {'clip': {'pre_norm': 2.0, 'post_norm': 1.0, 'scale': 0.5, 'fraction': 1.0}}
-    """
-
-    def __init__(self, table: TagTable, paths: tuple[str, ...] | list[str]) -> None:
-        self.table = table
-        scopes = () if table.scope is None else (table.scope,)
-        variables = set(paths)
-        self._parsed = {}
-        for scalar in table.scalars:
-            parsed = parse(scalar.tag, scopes)
-            if not (
-                parsed.statistic in _NORM_METRICS
-                or variable_statistic(parsed.statistic)
-                or parsed.subject in variables
-            ):
-                self._parsed[scalar.tag] = parsed
-
-    def of(self, snapshot: Snapshot) -> dict[str, dict[str, float]]:
-        """The metrics of one summary."""
-        values = self.table.values_of(snapshot.values, snapshot.has_grad, self._parsed)
-        metrics: dict[str, dict[str, float]] = {}
-        for name, value in values.items():
-            parsed = self._parsed[name]
-            metrics.setdefault(parsed.statistic, {})[parsed.subject] = value
-        return metrics
-
-
-def summary_metrics(
-    snapshot: Snapshot, tagged: TaggedMetrics | None = None
-) -> dict[str, dict[str, float]]:
-    """The numbers the rules read, from one snapshot: `grad_norm` and
-    `grad_nonfinite` of "global", each group and each variable with a
-    gradient; with `tagged`, the monitor's other scalar tags too (see
-    `TaggedMetrics`)."""
-    norms = {GLOBAL: snapshot.totals["grad_norm"]}
-    norms.update(zip(snapshot.groups, map(float, snapshot.group_grad_norm)))
-    norms.update(snapshot.grad_stat("norm"))
-    nonfinite = snapshot.grad_stat("nonfinite")
-    metrics = {} if tagged is None else tagged.of(snapshot)
-    return {**metrics, "grad_norm": norms, "grad_nonfinite": nonfinite}
-
-
-class AlertChecker:
-    """Checks the alert rules against a monitored optimizer's statistics.
-
-    The call for training outside `model.fit`: after a custom-loop step or
-    an `agent.train(...)` call, `checker.check()` looks at the newest
-    summary (two small host reads when there is none) and returns the
-    alerts it raised, after logging them and running their tier's action.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AlertOptions:
+    """How a monitor alerts: its rules, what each tier does, and how repeats
+    are told. One object for every monitor: `GradientMonitorCallback`,
+    `ActivationMonitorCallback`, `RLHealthMonitor` and `AlertChecker` take
+    it as `alerts=`, and the activation and RL options hold these fields
+    (`ActivationOptions` and `RLOptions` are `AlertOptions`). Validated at
+    construction.
 
     Args:
-        optimizer: A `GradientMonitorOptimizer` (Keras 3 or tf_keras), or an
-            optimizer wrapping one.
-        rules: Rules by name (or a list); None for
-            `keras_gradmon.alerts.default_rules()`.
+        rules: Rules by name (or a list); None for the monitor's defaults
+            (`keras_gradmon.alerts.default_rules()` for gradients).
         actions: `{tier: action}` for "warning" and "critical"; each "log"
-            (default), "stop", "raise" or a callable taking the `Alert`.
-        log_dir: Where to write `alerts/<rule>` (0 or 1 at each summary);
-            or `writer`, an existing `tf.summary` writer. Neither: none.
+            (default), "stop" (end `fit` after the batch), "raise"
+            (`GradientAlertError`) or a callable taking the `Alert`.
         jsonl_path: Append each alert as one JSON line to this file.
         cooldown_steps: The same rule, tier and subject is not reported
             again within this many steps (a critical passes a warning's).
         max_per_rule: At most this many alerts per rule and tier.
-        hub: A `keras_gradmon.hub.Hub` to publish the flags and alert texts
-            to (its recorders get them), instead of `log_dir` / `writer`.
         fold_steps: The log lines group alerts into incidents (rule,
             subject, tier): the first in full, repeats folded into one line
             after `fold_steps` steps (then 2x, 4x, ... as many), one line
@@ -355,10 +261,181 @@ class AlertChecker:
 
     Example:
 
+    >>> AlertOptions(actions={"critical": "stop"}).fold_steps
+    100
+    >>> AlertOptions(cooldown_steps=-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: `cooldown_steps` must be a non-negative integer. Received: \
+cooldown_steps=-1
+    """
+
+    #: The section of a config file that holds these options.
+    SECTION: ClassVar[str] = "alerts"
+
+    rules: Mapping[str, Rule] | Sequence[Rule] | None = None
+    actions: Mapping[str, Action] | None = None
+    jsonl_path: str | None = None
+    cooldown_steps: int = 0
+    max_per_rule: int | None = None
+    fold_steps: int | None = DEFAULT_FOLD_STEPS
+
+    def __post_init__(self) -> None:
+        validate_actions(self.actions)
+        IncidentLog(self.fold_steps)  # validates `fold_steps`
+        if self.jsonl_path is not None:
+            check_log_dir("jsonl_path", self.jsonl_path)
+        self.limiter()
+        if type(self) is AlertOptions:
+            self.engine()  # validates `rules`; subclasses may need their fields
+
+    @classmethod
+    def of(cls, value: Any, argument: str = "alerts") -> AlertOptions | None:
+        """`value` as alert options: an `AlertOptions`; a dict of its fields;
+        True or None for the defaults; False for no alerts (None back).
+
+        Example:
+
+        >>> AlertOptions.of({"fold_steps": None}).fold_steps is None
+        True
+        >>> AlertOptions.of(False) is None
+        True
+        """
+        if value is False:
+            return None
+        if value is None or value is True:
+            return cls()
+        if isinstance(value, AlertOptions):
+            return value
+        if isinstance(value, Mapping):
+            return with_overrides(cls, None, value, f"`{argument}`")
+        raise ValueError(
+            f"`{argument}` must be an AlertOptions, a dict of its fields, True "
+            f"or False. Received: {argument}={value!r}"
+        )
+
+    @classmethod
+    def build(
+        cls,
+        config: Any = None,
+        alerts: AlertOptions | Mapping[str, Any] | bool | None = None,
+        owner: str | None = None,
+        **options: Any,
+    ) -> Any:
+        """These options put together the one way every monitor takes them:
+        `config` (an instance, a dict of its fields, or the path of a JSON or
+        YAML config file whose `SECTION` holds them), keyword `options` on
+        top, and `alerts` (an `AlertOptions`, a dict of its fields, or
+        False for no alerts) for the alert fields. Errors name `owner`.
+
+        Example:
+
+        >>> AlertOptions.build({"fold_steps": 10}, cooldown_steps=5).fold_steps
+        10
+        """
+        owner = owner or cls.__name__
+        if isinstance(config, (str, os.PathLike)):
+            from keras_gradmon.core.config import read_section
+
+            config = dict(read_section(os.fspath(config), cls.SECTION))
+        if isinstance(config, Mapping):
+            options, config = {**config, **options}, None
+        if alerts is not None:
+            options = {**_alert_fields(alerts, owner, options), **options}
+        return with_overrides(cls, config, options, owner)
+
+    def fields(self) -> dict[str, Any]:
+        """The alert options by name (those of `AlertOptions` alone)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(AlertOptions)}
+
+    def default_rules(self) -> Any:
+        """The rules of `rules=None`: the gradient monitor's defaults."""
+        from keras_gradmon.alerts.defaults import default_rules
+
+        return default_rules()
+
+    def limiter(self) -> RateLimiter:
+        """The alerts' rate limiter (validates its two options)."""
+        return RateLimiter(
+            cooldown_steps=self.cooldown_steps, max_per_rule=self.max_per_rule
+        )
+
+    def engine(self) -> AlertEngine:
+        """A fresh alert engine: the rules (`default_rules()` for None) and
+        the limiter."""
+        rules = self.default_rules() if self.rules is None else self.rules
+        return AlertEngine(rules, self.limiter())
+
+    def delivery(
+        self, hub: Hub | None = None, log_dir: Any = None, writer: Any = None
+    ) -> AlertDelivery:
+        """Where the alerts go: the flags and texts to `hub`, else to
+        TensorBoard at `log_dir` (or through `writer`); log lines, JSON
+        lines and actions as these options say."""
+        return AlertDelivery(
+            self.actions,
+            log_dir=log_dir,
+            writer=writer,
+            jsonl_path=self.jsonl_path,
+            hub=hub,
+            fold_steps=self.fold_steps,
+        )
+
+
+def _alert_fields(alerts: Any, owner: str, options: Mapping[str, Any]) -> dict:
+    """The alert fields `alerts` stands for (no rules for False), refusing
+    the same field given one by one too."""
+    chosen = AlertOptions.of(alerts)
+    fields = chosen.fields() if chosen is not None else {"rules": ()}
+    both = sorted(set(ALERT_FIELDS) & set(options))
+    if both:
+        raise ValueError(
+            f"{owner} got the alert options both in `alerts` and one by one "
+            f"({', '.join(both)}): pass them in `alerts`. Received: "
+            f"alerts={alerts!r}"
+        )
+    return fields
+
+
+#: The fields of `AlertOptions`, which the monitors' options share.
+ALERT_FIELDS: tuple[str, ...] = (
+    "rules",
+    "actions",
+    "jsonl_path",
+    "cooldown_steps",
+    "max_per_rule",
+    "fold_steps",
+)
+
+
+class AlertChecker:
+    """Checks the alert rules against a monitored optimizer's statistics.
+
+    The call for training outside `model.fit`: after a custom-loop step or
+    an `agent.train(...)` call, `checker.check()` has the monitor's writer
+    (`keras_gradmon.writer.MonitorWriter`, the one reader of its state)
+    publish every summary recorded since, and returns the alerts the rules
+    raised on them, after logging them and running their tier's action.
+    The rules see every summary the writer publishes once the checker is
+    made (by `check()`, or by another reader of the same monitor, such as
+    `write_summaries`).
+
+    Args:
+        optimizer: A monitored optimizer (any wrapper), or an optimizer
+            wrapping one.
+        alerts: The `AlertOptions` (or a dict of them); the options below
+            one by one are the older spelling of the same.
+        log_dir: Where to write `alerts/<rule>` (0 or 1 at each summary);
+            or `writer`, an existing `tf.summary` writer; or `hub`, a
+            `keras_gradmon.hub.Hub` whose recorders get them. None: none.
+        rules, actions, jsonl_path, cooldown_steps, max_per_rule,
+            fold_steps: `AlertOptions` fields, when `alerts` is not given.
+
+    Example:
+
     ```python
     checker = keras_gradmon.AlertChecker(
-        optimizer, rules=[ThresholdRule(warning=1e4, critical=5e4)],
-        actions={"critical": "raise"})
+        optimizer, alerts=AlertOptions(actions={"critical": "raise"}))
     for experience in dataset:
         agent.train(experience)
         checker.check()
@@ -377,26 +454,28 @@ class AlertChecker:
         max_per_rule: int | None = None,
         hub: Hub | None = None,
         fold_steps: int | None = DEFAULT_FOLD_STEPS,
+        *,
+        alerts: AlertOptions | Mapping[str, Any] | None = None,
     ) -> None:
-        engine, delivery = alerting(
-            rules,
-            actions,
-            log_dir,
-            writer,
-            jsonl_path,
-            cooldown_steps,
-            max_per_rule,
-            hub,
-            fold_steps,
-        )
-        self._attach(optimizer, engine, delivery)
+        if alerts is None:
+            alerts = AlertOptions(
+                rules=rules,
+                actions=actions,
+                jsonl_path=jsonl_path,
+                cooldown_steps=cooldown_steps,
+                max_per_rule=max_per_rule,
+                fold_steps=fold_steps,
+            )
+        options = AlertOptions.of(alerts)
+        delivery = options.delivery(hub, log_dir, writer)
+        self._attach(optimizer, options.engine(), delivery)
 
     @classmethod
     def from_parts(
         cls, optimizer: Any, engine: AlertEngine, delivery: AlertDelivery
     ) -> AlertChecker:
         """A checker of `optimizer` with an engine and a delivery made (and
-        validated) beforehand, by `alerting`."""
+        validated) beforehand (`AlertOptions.engine`, `.delivery`)."""
         checker = cls.__new__(cls)
         checker._attach(optimizer, engine, delivery)
         return checker
@@ -405,6 +484,7 @@ class AlertChecker:
         self, optimizer: Any, engine: AlertEngine, delivery: AlertDelivery
     ) -> None:
         from keras_gradmon.wrapping import find_monitored
+        from keras_gradmon.writer import MonitorWriter
 
         self.optimizer = find_monitored(optimizer)
         monitor = self.optimizer.monitor
@@ -412,19 +492,21 @@ class AlertChecker:
         self.delivery = delivery
         delivery.tag_scope = monitor.config.tag_scope
         delivery.writes = lambda: chief_writes(monitor.state.scalars.count)
-        delivery.hub.subscribe(AlertRunner(engine, delivery), origin=self)
+        # The rules listen to what the writer publishes, on a hub of their
+        # own: the numbers are the writer's to record, the flags go to the
+        # delivery's hub.
+        runner = AlertRunner(engine, delivery)
+
+        def run(publication: Publication) -> list[Alert]:
+            delivery.tag_scope = monitor.tags.scope  # a derived one too
+            return runner(publication)
+
+        self.listening = Hub()
+        self.listening.subscribe(run, origin=monitor)
+        self.writer = MonitorWriter.of(monitor, self.optimizer._monitor_name())
+        self.writer.link(self.listening)
         #: The step of the last summary the rules saw.
         self.checked_step = NO_STEP
-        self._cursor: Cursor | None = None
-        self._tagged: TaggedMetrics | None = None
-
-    def _tagged_metrics(self) -> TaggedMetrics:
-        """The tag reader of the monitor's current tag table (rebuilt when
-        the table is, e.g. under a derived scope)."""
-        monitor = self.optimizer.monitor
-        if self._tagged is None or self._tagged.table is not monitor.tags:
-            self._tagged = TaggedMetrics(monitor.tags, monitor.paths)
-        return self._tagged
 
     @property
     def history(self) -> list[Alert]:
@@ -434,6 +516,8 @@ class AlertChecker:
     def close(self) -> None:
         """Logs the end of the incidents still open and closes (or flushes)
         the event files; call it when training is over."""
+        self.writer.write()
+        self.writer.unlink(self.listening)
         self.delivery.close()
 
     @property
@@ -452,20 +536,8 @@ class AlertChecker:
         if not monitor.built:
             return []
         self.delivery.tag_scope = monitor.tags.scope  # derived ones too
-        if self._cursor is None:
-            self._cursor = Cursor(monitor.layout.history)
-        if monitor.state.scalars.read_count() <= self._cursor.seen:
-            return []
-        entries, _ = self._cursor.new(*unpack(monitor.state.capture_scalars()))
         before = len(self.engine.history)
-        tagged = self._tagged_metrics()
-        for entry in entries:
-            snapshot = monitor.scalar_values(entry.step, *entry.payloads)
-            self.checked_step = snapshot.step
-            # For the alert runner only: the numbers are the writer's to record.
-            metrics = summary_metrics(snapshot, tagged)
-            publication = Publication(
-                snapshot.step, GRADIENTS, metrics=metrics, origin=self, record=False
-            )
-            self.delivery.hub.publish(publication)
+        self.writer.write()
+        if self.writer.latest is not None:
+            self.checked_step = self.writer.latest.step
         return self.engine.history[before:]

@@ -44,6 +44,8 @@ from tensorboard.summary.writer import record_writer
 from tensorboard.summary.writer.event_file_writer import EventFileWriter, _AsyncWriter
 from tensorboard.util import tensor_util
 
+from keras_gradmon.hub import Hub, check_hub
+
 # ---- from recorders.records ----
 
 _MASK_DELTA = 0xA282EAD8
@@ -343,3 +345,20 @@ def check_log_dir(name: str, value: object) -> str:
             f"os.PathLike). Received: {name}={value!r}"
         )
     return value
+
+
+def recording_hub(log_dir: Any, writer: Any, hub: Hub | None = None) -> Hub:
+    """`hub`, or a hub of its own writing to TensorBoard at `log_dir` (or
+    through `writer`), or one with no recorder when neither is given.
+
+    Example:
+
+    >>> recording_hub(None, None).recorders
+    []
+    """
+    check_hub(hub, log_dir, writer)
+    if hub is not None:
+        return hub
+    if log_dir is None and writer is None:
+        return Hub()
+    return Hub([TensorBoardRecorder(log_dir=log_dir, writer=writer)])

@@ -23,21 +23,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from keras_gradmon import defaults, validation
-from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.delivery import (
-    Action,
     AlertDelivery,
+    AlertOptions,
     AlertRunner,
-    validate_actions,
 )
-from keras_gradmon.alerts.engine import AlertEngine, RateLimiter
 from keras_gradmon.alerts.events import Alert
-from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
-from keras_gradmon.hub import RL, Hub, Publication, recording_hub
+from keras_gradmon.hub import RL, Hub, Publication
+from keras_gradmon.recorders.tensorboard import recording_hub
 from keras_gradmon.rl import rules as R
 from keras_gradmon.rl.rules import (
     alert_metrics,
@@ -50,7 +48,6 @@ from keras_gradmon.rl.rules import (
 )
 from keras_gradmon.rl.tags import alert_scope, rl_tag
 from keras_gradmon.schedule import Frequency, Schedule
-from keras_gradmon.validation import with_overrides
 
 if TYPE_CHECKING:
     from keras_gradmon.rl.probes import ValueFn
@@ -71,7 +68,7 @@ def callable_or_none(name: str, value: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class RLOptions:
+class RLOptions(AlertOptions):
     """The options of `RLHealthMonitor` (see there for each).
 
     Example:
@@ -89,6 +86,8 @@ env_batch_size=0
     ValueError: `fold_steps` must be a positive integer. Received: fold_steps=0
     """
 
+    SECTION: ClassVar[str] = "rl"
+
     env_batch_size: int = 1
     every_n_steps: Frequency = defaults.RL_EVERY_N_STEPS
     log_dir: str | None = None
@@ -97,12 +96,6 @@ env_batch_size=0
     solve_threshold: float | None = None
     value_fn: Callable[[Any], Any] | None = None
     kl: bool = True
-    rules: Mapping[str, Rule] | Sequence[Rule] | None = None
-    actions: Mapping[str, Action] | None = None
-    cooldown_steps: int = 0
-    max_per_rule: int | None = None
-    fold_steps: int | None = DEFAULT_FOLD_STEPS
-    jsonl_path: str | None = None
     tag_scope: str | None = None
     train_batch_size: int | None = None
     train_fn: Callable[..., Any] | None = None
@@ -117,26 +110,16 @@ env_batch_size=0
         optional("train_batch_size", self.train_batch_size, validation.positive_int)
         optional("train_fn", self.train_fn, callable_or_none)
         optional("value_fn", self.value_fn, callable_or_none)
-        optional("jsonl_path", self.jsonl_path, validation.string)
-        validate_actions(self.actions)
-        IncidentLog(self.fold_steps)  # validates `fold_steps`, as the checkers
+        super().__post_init__()
         check_window(self.window, self.engine().rules.values())
 
     def schedule(self) -> Schedule:
         """When to write a summary (validates `every_n_steps`)."""
         return Schedule(self.every_n_steps, name="every_n_steps")
 
-    def engine(self) -> AlertEngine:
-        """A fresh alert engine: the rules (`default_rl_rules()` for None)
-        and the limiter (validates `rules` and the limiter's options)."""
-        rules = default_rl_rules() if self.rules is None else self.rules
-        return AlertEngine(rules, self.limiter())
-
-    def limiter(self) -> RateLimiter:
-        """The alerts' rate limiter (validates its two options)."""
-        return RateLimiter(
-            cooldown_steps=self.cooldown_steps, max_per_rule=self.max_per_rule
-        )
+    def default_rules(self) -> Any:
+        """The rules of `rules=None`: `default_rl_rules()`."""
+        return default_rl_rules()
 
 
 def check_agent(agent: Any) -> None:
@@ -249,10 +232,13 @@ class RLHealthMonitor:
 
     Args:
         agent: A tf-agents agent.
-        options: An `RLOptions`.
+        config: An `RLOptions`, a dict of its fields, or a config file's
+            path (its `rl` section).
+        alerts: An `AlertOptions` (or a dict of its fields), False for no
+            RL alerts; the alert options below one by one are the same.
         hub: Publish to this hub instead of one of the monitor's own (then
             without `log_dir` / `writer`).
-        **overrides: Options, replacing those of `options`:
+        **options: Options, replacing those of `config`:
 
         env_batch_size: The collect environment's `batch_size`.
         every_n_steps: Summary frequency in train steps (int or callable).
@@ -300,13 +286,22 @@ class RLHealthMonitor:
     def __init__(
         self,
         agent: Any,
-        options: RLOptions | None = None,
+        config: RLOptions | Mapping[str, Any] | str | None = None,
         *,
+        alerts: AlertOptions | Mapping[str, Any] | bool | None = None,
         hub: Hub | None = None,
-        **overrides: Any,
+        **options: Any,
     ) -> None:
         check_agent(agent)
-        options = with_overrides(RLOptions, options, overrides, "RLHealthMonitor")
+        if "options" in options:
+            warnings.warn(
+                "RLHealthMonitor(options=...) is deprecated and will be removed "
+                "in the next release; pass RLHealthMonitor(agent, config=...).",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            config = options.pop("options")
+        options = RLOptions.build(config, alerts, "RLHealthMonitor", **options)
         self.options = options
         self.agent = agent
         self.schedule = options.schedule()

@@ -5,7 +5,7 @@ of `grad_norm` and `grad_nonfinite` only)."""
 import keras
 
 from keras_gradmon import GradientMonitorOptimizer
-from keras_gradmon.alerts.delivery import TaggedMetrics, summary_metrics
+from keras_gradmon.writer import TaggedMetrics, summary_metrics
 from tests.helpers import LOSS, data, mlp
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from keras_gradmon import defaults
-from keras_gradmon.alerts.delivery import alerting
+from keras_gradmon.alerts.delivery import AlertOptions
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
 from keras_gradmon.rl.monitor import RLOptions
 from keras_gradmon.rl.rules import MIN_EPISODES, LowIntensityRule, ReturnCollapseRule
@@ -60,7 +60,7 @@ def test_fold_steps_is_refused_as_the_gradient_checkers_refuse_it(fold_steps):
     with pytest.raises(ValueError) as rl:
         RLOptions(fold_steps=fold_steps)
     with pytest.raises(ValueError) as gradient:  # GradientAlertCallback's check
-        alerting(fold_steps=fold_steps)
+        AlertOptions(fold_steps=fold_steps)
     assert str(rl.value) == str(gradient.value) == message
 
 
