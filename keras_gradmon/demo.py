@@ -131,9 +131,12 @@ def _callbacks(run_dir: str, probe: np.ndarray, every_n_steps: int) -> list:
 
 def _stopped_by(model, callbacks: list) -> Alert | None:
     """The first alert whose tier's action is "stop", if `fit` stopped."""
+    import keras_gradmon
+
     if not model.stop_training:
         return None
-    alerts = next(c.alerts for c in callbacks if hasattr(c, "checker"))
+    alerting = keras_gradmon.GradientAlertCallback
+    alerts = next(c.alerts for c in callbacks if isinstance(c, alerting))
     return next((a for a in alerts if ACTIONS.get(a.tier) == "stop"), None)
 
 
