@@ -21,9 +21,9 @@ Run three seeds and compare them:
 
     for seed in 0 1 2; do
       TF_USE_LEGACY_KERAS=1 python examples/dqn_cartpole.py --seed $seed \\
-          --log-dir /tmp/keras_gradmon_dqn/seed_$seed
+          --log-dir /tmp/keras_gradmon_dqn/dqn_seed$seed
     done
-    keras-gradmon report /tmp/keras_gradmon_dqn --group 'keras_gradmon_dqn'
+    keras-gradmon report /tmp/keras_gradmon_dqn --group '(dqn)_seed'
     tensorboard --logdir /tmp/keras_gradmon_dqn
 """
 
@@ -230,10 +230,35 @@ def main(iterations: int, log_dir: str, **options) -> RLHealthMonitor:
     return train(iterations, log_dir, **options).health
 
 
+class _HelpFormatter(
+    argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter
+):
+    """Shows each argument's default, and the description as written."""
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: this module's docstring as its description, and
+    each argument's default in `--help`."""
+    arguments = argparse.ArgumentParser(
+        description=__doc__, formatter_class=_HelpFormatter
+    )
+    arguments.add_argument(
+        "--iterations",
+        type=int,
+        default=3000,
+        help="training iterations, each one collect step and one train step",
+    )
+    arguments.add_argument(
+        "--log-dir",
+        default="/tmp/keras_gradmon_dqn/dqn_seed0",
+        help="where the TensorBoard logs go",
+    )
+    arguments.add_argument(
+        "--seed", type=int, default=0, help="seed of TensorFlow and the environments"
+    )
+    return arguments
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=3000)
-    parser.add_argument("--log-dir", default="/tmp/keras_gradmon_dqn/seed_0")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser().parse_args()
     main(args.iterations, args.log_dir, seed=args.seed)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,19 @@ if TYPE_CHECKING:
 #: Exit codes: alerts at or above `--fail-on` found; a usage or input error.
 EXIT_ALERTS = 1
 EXIT_ERROR = 2
+
+#: What TensorFlow prints while it loads and finds its devices that tells a
+#: user of this command nothing: absl's INFO and WARNING lines (`I0000 ...
+#: port.cc] oneDNN custom operations are on`, `Could not find cuda
+#: drivers`), which it prints whatever `TF_CPP_MIN_LOG_LEVEL` says, and
+#: absl's notice that it logs to standard error before it is initialized.
+TF_NOTICES = re.compile(
+    r"^(?:[IW]\d{4} |WARNING: All log messages before absl::InitializeLog\(\))"
+)
+#: Without a CUDA driver TensorFlow says so (above), then logs the failed
+#: `cuInit` as an error (`E0000 ... failed call to cuInit`): expected on a
+#: CPU machine, so dropped there, and only there.
+NO_DRIVER, FAILED_CUINIT = "Could not find cuda drivers", "failed call to cuInit"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -228,6 +243,57 @@ def _report(args: argparse.Namespace) -> int:
     )
 
 
+def tensorflow_errors(text: str) -> str:
+    """`text`, what TensorFlow wrote to standard error while loading, less
+    its notices (`TF_NOTICES`, and the failed `cuInit` when it said that
+    the machine has no CUDA driver): errors and Python warnings stay.
+
+    Example:
+
+    >>> print(tensorflow_errors(
+    ...     "I0000 00:00:1.2 1 cudart_stub.cc:31] Could not find cuda drivers\\n"
+    ...     "E0000 00:00:1.3 1 cuda_platform.cc:52] failed call to cuInit: 303\\n"
+    ...     "E0000 00:00:1.4 1 other.cc:7] a real error\\n"), end="")
+    E0000 00:00:1.4 1 other.cc:7] a real error
+    """
+    no_driver = NO_DRIVER in text
+    return "".join(
+        line
+        for line in text.splitlines(keepends=True)
+        if not TF_NOTICES.match(line) and not (no_driver and FAILED_CUINIT in line)
+    )
+
+
+def import_tensorflow_quietly() -> None:
+    """Imports TensorFlow and lets it find its devices with standard error
+    (the file descriptor: its C++ logs bypass Python) captured, then writes
+    back what `tensorflow_errors` keeps. Does nothing when TensorFlow is
+    imported already or not installed, or Keras is to use another backend.
+    """
+    if (
+        "tensorflow" in sys.modules
+        or os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow"
+        or importlib.util.find_spec("tensorflow") is None
+    ):
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()  # where it calls cuInit
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read().decode("utf-8", errors="replace")
+            sys.stderr.write(tensorflow_errors(text))
+            sys.stderr.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -240,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
+    import_tensorflow_quietly()
     from keras_gradmon.demo import run_demo
 
     log_dir = run_demo(args.logdir, epochs=args.epochs, verbose=0 if args.quiet else 1)

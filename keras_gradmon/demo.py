@@ -5,10 +5,18 @@ then switched on. No downloads."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 import os
+import shlex
+import shutil
+import sys
 import time
 
 import numpy as np
+
+from keras_gradmon.alerts.events import Alert
+from keras_gradmon.recorders.console import progress_safe_logging
 
 #: The demo's monitor configuration: the two runs differ only in
 #: `clipping.enabled`.
@@ -21,6 +29,48 @@ CONFIG = {
 #: Explodes within the first epoch without clipping; fine with it.
 LEARNING_RATE = 0.1
 RUNS = ("no_clipping", "clipping")
+#: What the demo's alerts do: a critical alert stops training.
+ACTIONS = {"critical": "stop"}
+#: Training examples (of the 4096) and the batch size.
+TRAIN_SAMPLES, BATCH_SIZE = 3584, 64
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What one demo run did.
+
+    Attributes:
+        losses: The loss of each epoch trained.
+        steps: The optimizer steps taken.
+        planned: The steps `fit` was asked for.
+        stopped_by: The alert whose "stop" action ended training early, or
+            None.
+    """
+
+    losses: list[float]
+    steps: int
+    planned: int
+    stopped_by: Alert | None = None
+
+    def stop_note(self) -> str | None:
+        """The line saying that training stopped early, and why; None if it
+        ran to the end.
+
+        Example:
+
+        >>> alert = Alert("nonfinite", "critical", 5, 291.0, 0.0, "head/kernel")
+        >>> print(RunResult([float("inf")], 6, 280, alert).stop_note())
+        training stopped early, after 6 of 280 steps: the "stop" action of critical alerts, on non-finite gradient at step 5 ('head/kernel'). Keras still draws the stopped epoch's progress bar in full.
+        """  # noqa: E501
+        alert = self.stopped_by
+        if alert is None:
+            return None
+        return (
+            f"training stopped early, after {self.steps} of {self.planned} "
+            f'steps: the "stop" action of {alert.tier} alerts, on {alert.title} '
+            f"at step {alert.step} ({alert.subject!r}). Keras still draws the "
+            "stopped epoch's progress bar in full."
+        )
 
 
 def synthetic_data(
@@ -61,10 +111,37 @@ def run_config(clipping: bool) -> dict:
     return config
 
 
-def train_run(
-    run_dir: str, clipping: bool, epochs: int, verbose: int = 1
-) -> list[float]:
-    """Trains one run with every monitor on; returns the loss per epoch."""
+def _callbacks(run_dir: str, probe: np.ndarray, every_n_steps: int) -> list:
+    """Keras's TensorBoard callback and every keras_gradmon callback, the
+    alerts stopping training on a critical one."""
+    import keras
+
+    import keras_gradmon
+
+    train_dir = os.path.join(run_dir, "train")
+    return [
+        keras.callbacks.TensorBoard(run_dir),
+        keras_gradmon.GradientSummaryCallback(train_dir),
+        keras_gradmon.GradientAlertCallback(log_dir=train_dir, actions=ACTIONS),
+        keras_gradmon.ActivationMonitorCallback(
+            probe, log_dir=train_dir, every_n_steps=every_n_steps
+        ),
+    ]
+
+
+def _stopped_by(model, callbacks: list) -> Alert | None:
+    """The first alert whose tier's action is "stop", if `fit` stopped."""
+    import keras_gradmon
+
+    if not model.stop_training:
+        return None
+    alerting = keras_gradmon.GradientAlertCallback
+    alerts = next(c.alerts for c in callbacks if isinstance(c, alerting))
+    return next((a for a in alerts if ACTIONS.get(a.tier) == "stop"), None)
+
+
+def train_run(run_dir: str, clipping: bool, epochs: int, verbose: int = 1) -> RunResult:
+    """Trains one run with every monitor on; returns what it did."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import keras
 
@@ -72,32 +149,56 @@ def train_run(
 
     keras.utils.set_random_seed(0)
     x, y = synthetic_data()
-    x_train, y_train, probe = x[:3584], y[:3584], x[3584:3840]
+    x_train, y_train = x[:TRAIN_SAMPLES], y[:TRAIN_SAMPLES]
+    probe = x[TRAIN_SAMPLES : TRAIN_SAMPLES + 256]
     model = build_model(x.shape[1])
     config = keras_gradmon.MonitorConfig.from_dict(run_config(clipping))
     optimizer = keras_gradmon.GradientMonitorOptimizer(
         keras.optimizers.SGD(LEARNING_RATE), config=config
     )
     model.compile(optimizer=optimizer, loss="mse", jit_compile=True)
-    train_dir = os.path.join(run_dir, "train")
-    history = model.fit(
-        x_train,
-        y_train,
-        batch_size=64,
-        epochs=epochs,
-        verbose=verbose,
-        callbacks=[
-            keras.callbacks.TensorBoard(run_dir),
-            keras_gradmon.GradientSummaryCallback(train_dir),
-            keras_gradmon.GradientAlertCallback(
-                log_dir=train_dir, actions={"critical": "stop"}
-            ),
-            keras_gradmon.ActivationMonitorCallback(
-                probe, log_dir=train_dir, every_n_steps=config.every_n_steps
-            ),
-        ],
+    callbacks = _callbacks(run_dir, probe, config.every_n_steps)
+    with progress_safe_logging():  # alert lines below the progress bar
+        history = model.fit(
+            x_train,
+            y_train,
+            batch_size=BATCH_SIZE,
+            epochs=epochs,
+            verbose=verbose,
+            callbacks=callbacks,
+        )
+    return RunResult(
+        losses=[float(v) for v in history.history["loss"]],
+        steps=int(optimizer.iterations),
+        planned=epochs * math.ceil(TRAIN_SAMPLES / BATCH_SIZE),
+        stopped_by=_stopped_by(model, callbacks),
     )
-    return [float(v) for v in history.history["loss"]]
+
+
+def tensorboard_command(log_dir: str) -> str:
+    """A shell command that starts TensorBoard on `log_dir` with this
+    Python's TensorBoard: `tensorboard` if that is the one on PATH, else
+    the script beside the interpreter (a virtual environment not
+    activated), else `python -m tensorboard.main`.
+
+    Example:
+
+    >>> tensorboard_command("runs/demo")  # doctest: +SKIP
+    '.venv/bin/tensorboard --logdir runs/demo'
+    """
+    script = shutil.which("tensorboard", path=os.path.dirname(sys.executable))
+    if script is None:
+        command = [sys.executable, "-m", "tensorboard.main"]
+    elif _same_file(shutil.which("tensorboard"), script):
+        command = ["tensorboard"]
+    else:
+        relative = os.path.relpath(script)
+        command = [script if relative.startswith(os.pardir) else relative]
+    return shlex.join([*command, "--logdir", log_dir])
+
+
+def _same_file(a: str | None, b: str) -> bool:
+    return a is not None and os.path.exists(a) and os.path.samefile(a, b)
 
 
 def run_demo(log_dir: str | None = None, epochs: int = 5, verbose: int = 1) -> str:
@@ -109,8 +210,10 @@ def run_demo(log_dir: str | None = None, epochs: int = 5, verbose: int = 1) -> s
             f"\n--- run {name!r}: SGD({LEARNING_RATE}), clipping "
             f"{'on' if clipping else 'off'} (config clipping.enabled={clipping})"
         )
-        losses = train_run(os.path.join(log_dir, name), clipping, epochs, verbose)
-        print(f"loss per epoch: {', '.join(f'{v:.4g}' for v in losses)}")
+        result = train_run(os.path.join(log_dir, name), clipping, epochs, verbose)
+        print(f"loss per epoch: {', '.join(f'{v:.4g}' for v in result.losses)}")
+        if result.stop_note():
+            print(result.stop_note())
     print(f"\nTensorBoard logs written to {os.path.abspath(log_dir)}")
-    print(f"View them with:\n  tensorboard --logdir {log_dir}\n")
+    print(f"View them with:\n  {tensorboard_command(log_dir)}\n")
     return log_dir

@@ -40,6 +40,23 @@ def incident_key(alert: Alert) -> Key:
     return (alert.rule, alert.subject, alert.tier)
 
 
+def stop_line(alert: Alert) -> str:
+    """The line that says `alert` stops training (its tier's action is
+    "stop"): Keras ends `fit` after the current batch, and its progress bar
+    still draws the stopped epoch in full, so nothing else says so.
+
+    Example:
+
+    >>> print(stop_line(Alert("nonfinite", CRITICAL, 5, 291.0, 0.0, "dense/kernel")))
+    CRITICAL stopping training: the action of critical alerts is "stop", and non-finite gradient fired at step 5 on 'dense/kernel'. Training ends after the current batch.
+    """  # noqa: E501
+    return (
+        f"{alert.tier.upper()} stopping training: the action of {alert.tier} "
+        f'alerts is "stop", and {alert.title} fired at step {alert.step} on '
+        f"{alert.subject!r}. Training ends after the current batch."
+    )
+
+
 def _worse(alert: Alert, than: Alert) -> bool:
     """Whether `alert` is further past its threshold than `than` (lower for
     a "<" comparison, higher otherwise)."""
@@ -260,6 +277,10 @@ class IncidentLog:
         if self.grouping is not None:
             for incident in self.grouping.finish():
                 self._close(incident, "was still firing at the end")
+
+    def log_stop(self, alert: Alert) -> None:
+        """Logs that `alert` stops training (`stop_line`), at its tier."""
+        self._emit(alert.tier, stop_line(alert))
 
     def _take(self, alert: Alert) -> None:
         incident = None if self.grouping is None else self.grouping.take(alert)

@@ -1,6 +1,7 @@
 """Helpers for tf-agents: wrap every optimizer an agent class takes, convert
 optimizers the way SacAgent does, and trace a monitored agent's train step
-twice, measuring and not (`function`). Nothing here runs on import.
+twice, measuring and not (`function`). Importing it only checks that
+`tf.keras` is tf_keras, as tf-agents needs (`check_legacy_keras`).
 
 Example:
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 from typing import Any
 
@@ -35,6 +37,51 @@ OPTIMIZER_ARGUMENTS = {
     "critic_optimizer": "critic",
     "alpha_optimizer": "alpha",
 }
+
+#: The values of `TF_USE_LEGACY_KERAS` that make `tf.keras` tf_keras.
+LEGACY_KERAS_ON = ("1", "true", "True")
+_LEGACY_KERAS_FIX = (
+    "tf-agents (and tensorflow_probability, which it imports) need tf.keras "
+    "to be tf_keras (Keras 2): set TF_USE_LEGACY_KERAS=1 before TensorFlow "
+    "is imported, e.g. `TF_USE_LEGACY_KERAS=1 python train.py`, or "
+    '`os.environ["TF_USE_LEGACY_KERAS"] = "1"` at the top of the script, '
+    "before `import tensorflow`, and install tf-keras "
+    "(pip install 'keras-gradmon[agents]'). Without it, importing tf_agents "
+    'fails inside tensorflow_probability with "AttributeError: module '
+    "'keras._tf_keras.keras' has no attribute '__internal__'\"."
+)
+
+
+def check_legacy_keras() -> None:
+    """Raises a clear `ImportError` unless `tf.keras` is tf_keras, as
+    tf-agents needs; run on import.
+
+    Raises:
+        ImportError: `TF_USE_LEGACY_KERAS` is not set, was set after
+            `tf.keras` was first used, or tf_keras is not installed; the
+            message names the fix and the value received.
+    """
+    value = os.environ.get("TF_USE_LEGACY_KERAS")
+    try:
+        legacy = hasattr(tf.keras, "__internal__")
+    except ImportError as error:  # the variable set, tf_keras missing
+        raise ImportError(
+            f"{_LEGACY_KERAS_FIX} ({error}) Received: TF_USE_LEGACY_KERAS={value!r}"
+        ) from error
+    if legacy:
+        return
+    late = (
+        " (set after tf.keras was first used: too late)"
+        if value in LEGACY_KERAS_ON
+        else ""
+    )
+    raise ImportError(
+        f"{_LEGACY_KERAS_FIX} Received: TF_USE_LEGACY_KERAS={value!r}{late}, "
+        f"tf.keras is {tf.keras.__name__}"
+    )
+
+
+check_legacy_keras()
 
 
 def converts_to_legacy(agent_class: type) -> bool:

@@ -25,7 +25,10 @@ write differs by agent:
 So the final loss is, in this order: Keras's `epoch_loss` (or `loss`); the
 last `Losses/total_loss`; the last `Losses/loss`; else the sum of the
 `Losses/<name>_loss` parts (not `total_abs_loss`) at the last step they all
-recorded, which is the `LossInfo.loss` that DDPG, SAC and PPO return. The
+recorded, which is the `LossInfo.loss` that DDPG, SAC and PPO return; else
+the `epoch_loss` of the run Keras's `TensorBoard(log_dir)` callback wrote
+beside the run (`log_dir/train`: `logs/run1/train` beside
+`logs/run1/gradients`), since our callbacks write no loss of their own. The
 parts are listed with the sum, so a total an agent weights differently
 (CQL-SAC weights `cql_loss` by `cql_alpha`; TD3 writes no `critic_loss`)
 can be read from them.
@@ -41,12 +44,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from keras_gradmon import defaults
+from keras_gradmon.alerts.defaults import default_rules
 from keras_gradmon.alerts.events import TIERS
 from keras_gradmon.alerts.rules import HIGH, LOW, steps_covered
 from keras_gradmon.columns import (
@@ -231,19 +236,53 @@ def _layer_findings(
     return findings
 
 
+def activation_layers(run: Run, scope: str | None) -> list[str]:
+    """The layers an `ActivationMonitor` measured (its tags' subjects)."""
+    return [
+        layer
+        for layer in subjects(run, "activation_std", scope)
+        if "/" not in layer  # else a scoped monitor's layer
+    ]
+
+
+def layer_names(activation: Iterable[str], gradient: Iterable[str]) -> dict[str, str]:
+    """`{activation layer: gradient layer}`: the one gradient layer (a
+    variable path less its last segment) that is the activation monitor's
+    layer name or ends with `/<name>`. Gradient tags name layers by their
+    variables' paths (`demo_mlp/hidden_2/kernel`), activation tags by the
+    layer's name (`activation_std/hidden_2`); a name that matches no layer,
+    or several, keeps its own.
+
+    Example:
+
+    >>> layer_names(["hidden_2", "dense"], ["demo_mlp/hidden_2", "a/dense", "b/dense"])
+    {'hidden_2': 'demo_mlp/hidden_2'}
+    """
+    gradient = list(gradient)
+    names = {}
+    for name in activation:
+        found = [g for g in gradient if g == name or g.endswith(f"/{name}")]
+        if len(found) == 1:
+            names[name] = found[0]
+    return names
+
+
 def activation_findings(
-    run: Run, scope: str | None, criteria: HealthCriteria
+    run: Run,
+    scope: str | None,
+    criteria: HealthCriteria,
+    names: Mapping[str, str] | None = None,
 ) -> list[Finding]:
-    """The activation findings of every layer an `ActivationMonitor` measured."""
+    """The activation findings of every layer an `ActivationMonitor`
+    measured, each under its name in `names` (`layer_names`) if there."""
     findings = []
-    for layer in subjects(run, "activation_std", scope):
-        if "/" in layer:
-            continue  # a scoped monitor's layer
+    names = names or {}
+    for layer in activation_layers(run, scope):
 
         def get(stat: str, layer: str = layer) -> tuple[int, float] | None:
             return last(run, prefix(f"activation_{stat}", scope) + layer)
 
-        findings += _layer_findings(layer, get, criteria)
+        findings += _layer_findings(names.get(layer, layer), get, criteria)
     return findings
 
 
@@ -269,12 +308,15 @@ class FinalLoss:
         source: Its tag (`epoch_loss`, `Losses/total_loss`, ...), or `SUM`.
         parts: The other `Losses/` values at `step` (with a total), or the
             summed parts (with `SUM`), by name.
+        run: The run it was read from, when not the report's own (Keras's
+            `TensorBoard` callback's `train` run beside it).
     """
 
     value: float
     step: int
     source: str
     parts: dict[str, float] = dataclasses.field(default_factory=dict)
+    run: str | None = None
 
     @property
     def description(self) -> str:
@@ -288,6 +330,13 @@ class FinalLoss:
         if self.source.startswith(f"{LOSSES}/"):
             where = f"tf-agents {self.source} at step {self.step}"
             return f"{line} ({where}; {parts})" if parts else f"{line} ({where})"
+        if self.run is not None:
+            when = (
+                f"epoch {self.step + 1}"
+                if self.source == KERAS[0]
+                else f"step {self.step}"
+            )
+            return f"{line} (Keras's {self.source} in run {self.run}, {when})"
         return line
 
 
@@ -330,15 +379,56 @@ def _sum_of_parts(losses: dict[str, dict[int, float]]) -> FinalLoss | None:
     return FinalLoss(sum(parts.values()), step, SUM, parts)
 
 
-def final_loss(run: Run) -> FinalLoss | None:
-    """The run's final loss (see the module's docstring), or None."""
+def keras_loss(run: Run) -> FinalLoss | None:
+    """The last Keras loss (`KERAS`) of `run`, or None."""
     for name in KERAS:
         points = run.scalars.get(name)
         if points:
             step = max(points)
             return FinalLoss(points[step], step, name)
+    return None
+
+
+#: The run that Keras's `TensorBoard(log_dir)` callback writes the training
+#: curves to: `log_dir/train` (and `log_dir/validation`).
+KERAS_TRAIN = "train"
+
+
+def keras_loss_beside(run: Run, runs: Sequence[Run]) -> FinalLoss | None:
+    """The last Keras loss of the `train` run that Keras's `TensorBoard`
+    callback wrote beside `run` (given `run`'s parent directory:
+    `<parent>/train`) or below it (given `run`'s own: `<run>/train`), with
+    `FinalLoss.run` set; None if there is none."""
+    by_name = {other.name: other for other in runs}
+    for name in (
+        os.path.join(run.name, KERAS_TRAIN),
+        os.path.join(os.path.dirname(run.name), KERAS_TRAIN),
+    ):
+        other = by_name.get(name)
+        found = None if other is None or other is run else keras_loss(other)
+        if found is not None:
+            return dataclasses.replace(found, run=other.name)
+    return None
+
+
+def final_loss(run: Run, runs: Sequence[Run] = ()) -> FinalLoss | None:
+    """The run's final loss (see the module's docstring), or None; `runs`
+    (all the runs) for the Keras loss written beside it."""
     losses = tf_agents_losses(run)
-    return _total(losses) or _sum_of_parts(losses)
+    return (
+        keras_loss(run)
+        or _total(losses)
+        or _sum_of_parts(losses)
+        or keras_loss_beside(run, runs)
+    )
+
+
+#: The report's words for a monitored run without a loss.
+NO_LOSS = (
+    "final loss: none in the logs (Keras's TensorBoard(log_dir) callback "
+    "writes it, as epoch_loss in log_dir/train: the report reads it from this "
+    "run, or from the train run beside or below it)"
+)
 
 
 #: `update_ratio` healthy band of the report: the update-ratio rule's default.
@@ -475,6 +565,43 @@ def run_signals(
     )
 
 
+def clip_note(
+    fraction: float | None, steps: np.ndarray, alerts: Sequence[Mapping]
+) -> str | None:
+    """Why a run that clipped more than the default `clip_fraction` rule
+    allows has no such alert, when the reason is the rule's own: it decides
+    only once the summaries cover its whole window (`ClipFractionRule`'s
+    `window`, in steps), which a shorter run never does. None otherwise.
+
+    Args:
+        fraction: The run's share of steps clipped (`clip_share`).
+        steps: The steps of its `clip/fraction` summaries.
+        alerts: Its alert records.
+
+    Example:
+
+    >>> print(clip_note(1.0, np.array([0, 5, 10]), []))
+    no clip_fraction alert: the default rule warns when more than 50% of the last 1,000 steps were clipped, and decides only once it has seen 1,000 steps; this run has 11
+    """  # noqa: E501
+    rule = default_rules()["clip_fraction"]
+    if fraction is None or fraction <= rule.fraction or not steps.size:
+        return None
+    if any(alert.get("rule") == rule.name for alert in alerts):
+        return None
+    covered = sum(
+        steps_covered(int(step), int(steps[i - 1]) if i else None)
+        for i, step in enumerate(steps)
+    )
+    if covered >= rule.window:
+        return None
+    return (
+        f"no {rule.name} alert: the default rule warns when more than "
+        f"{rule.fraction:.0%} of the last {rule.window:,} steps were clipped, "
+        f"and decides only once it has seen {rule.window:,} steps; this run "
+        f"has {covered:,}"
+    )
+
+
 def _ratio(signals: Signals) -> float | None:
     spread = signals.update_ratio.get(GLOBAL)
     return None if spread is None else spread.median
@@ -606,7 +733,11 @@ class RunReport:
     `dropped/[<scope>/]summaries` and `.../histograms`: recorded summary and
     histogram steps lost to an overflowing history buffer. `clip_fraction`
     is the share of steps clipped (`signals.clip_share`); `signals` holds
-    issue 21's signals (update ratio, spikes, noise scale, ...).
+    issue 21's signals (update ratio, spikes, noise scale, ...). `clip_note`
+    says why a run clipped that much without a `clip_fraction` alert
+    (`clip_note`); `layer_names` maps the activation monitor's layer names
+    onto the gradient tags' (`layer_names`), for the findings and the alert
+    timeline.
     """
 
     run: str
@@ -624,6 +755,8 @@ class RunReport:
     dropped_summaries: int | None = None
     dropped_histograms: int | None = None
     signals: Signals | None = None
+    clip_note: str | None = None
+    layer_names: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -634,8 +767,14 @@ class RunReport:
 
     @functools.cached_property
     def timeline(self) -> Timeline:
-        """The alerts grouped into incidents (`alert_timeline`)."""
-        return alert_timeline(self.alerts)
+        """The alerts grouped into incidents (`alert_timeline`), activation
+        alerts under the gradient tags' layer names (`layer_names`)."""
+        return alert_timeline([self._renamed(alert) for alert in self.alerts])
+
+    def _renamed(self, alert: dict) -> dict:
+        subject = self.layer_names.get(alert.get("subject"))
+        activation = str(alert.get("metric", "")).startswith("activation_")
+        return {**alert, "subject": subject} if subject and activation else alert
 
 
 def scopes(run: Run) -> list[str | None]:
@@ -727,9 +866,13 @@ def _norm_summary(steps: np.ndarray, values: np.ndarray) -> NormSummary | None:
 
 
 def analyze_run(
-    run: Run, scope: str | None = None, criteria: HealthCriteria | None = None
+    run: Run,
+    scope: str | None = None,
+    criteria: HealthCriteria | None = None,
+    runs: Sequence[Run] = (),
 ) -> RunReport:
-    """The report of the optimizer with tag scope `scope` in `run`."""
+    """The report of the optimizer with tag scope `scope` in `run`; `runs`
+    (all the runs) for a final loss written beside it (`final_loss`)."""
     criteria = criteria or HealthCriteria()
     steps, values = run.series(prefix("grad_norm", scope) + "global")
     variables, group_names = _variables(run, scope)
@@ -740,7 +883,12 @@ def analyze_run(
     signals = run_signals(run, scope, group_names, criteria.update_ratio_band)
     skipped = last(run, prefix("skipped", scope) + "steps")
     nonfinite = run.series(prefix("grad_nonfinite", scope) + "global")[1]
-    loss = final_loss(run)
+    loss = final_loss(run, runs)
+    alerts = [a for a in run.alerts if a.get("scope") == scope]
+    names = layer_names(
+        activation_layers(run, scope), {layer_of(path) for path in variables}
+    )
+    clip_steps = run.series(prefix("clip", scope) + "fraction")[0]
     return RunReport(
         run=run.name,
         scope=scope,
@@ -749,22 +897,26 @@ def analyze_run(
         skipped_steps=int(skipped[1]) if skipped else None,
         nonfinite_summaries=int(np.sum(np.nan_to_num(nonfinite, nan=1.0) > 0)),
         final_loss=loss.value if loss else None,
-        alerts=[a for a in run.alerts if a.get("scope") == scope],
+        alerts=alerts,
         findings=gradient_findings(run, layer_norms, variables, scope, criteria)
-        + activation_findings(run, scope, criteria),
+        + activation_findings(run, scope, criteria, names),
         groups=groups,
         layer_norms=layer_norms,
         loss=loss,
         dropped_summaries=dropped(run, SUMMARIES).get(scope),
         dropped_histograms=dropped(run, HISTOGRAMS).get(scope),
         signals=signals,
+        clip_note=clip_note(signals.clip_fraction, clip_steps, alerts),
+        layer_names=names,
     )
 
 
 def analyze(runs: list[Run], criteria: HealthCriteria | None = None) -> list[RunReport]:
     """A report per tag scope per run; runs without keras_gradmon tags (e.g.
     Keras's validation curves) are left out."""
-    return [analyze_run(run, scope, criteria) for run in runs for scope in scopes(run)]
+    return [
+        analyze_run(run, scope, criteria, runs) for run in runs for scope in scopes(run)
+    ]
 
 
 def failing_alerts(reports: list[RunReport], tier: str) -> list[dict]:

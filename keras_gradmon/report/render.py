@@ -25,6 +25,7 @@ from keras_gradmon.report.analysis import (
     COLUMNS,
     FAR_ABOVE,
     FAR_BELOW,
+    NO_LOSS,
     RunReport,
     SignalGroup,
     Signals,
@@ -440,7 +441,8 @@ def run_details(report: RunReport) -> list[str]:
     if report.nonfinite_summaries:
         lines.append(f"non-finite gradients at {report.nonfinite_summaries} summaries")
     if report.clip_fraction is not None:
-        lines.append(f"clipping: {report.clip_fraction:.0%} of steps clipped")
+        note = f" ({report.clip_note})" if report.clip_note else ""
+        lines.append(f"clipping: {report.clip_fraction:.0%} of steps clipped{note}")
     if report.skipped_steps is not None:
         lines.append(f"skipped steps: {report.skipped_steps} (any reason)")
     if report.signals is not None:
@@ -449,6 +451,8 @@ def run_details(report: RunReport) -> list[str]:
         lines.append(report.loss.description)
     elif report.final_loss is not None:
         lines.append(f"final loss: {format_number(report.final_loss)}")
+    elif report.norm is not None:
+        lines.append(NO_LOSS)
     for kind, count in _dropped(report):
         lines.append(
             f"dropped {kind} steps: {count} recorded {kind} step(s) were lost: "
