@@ -15,16 +15,21 @@ from typing import TYPE_CHECKING, Any
 from keras_gradmon import _registration
 
 if TYPE_CHECKING:  # the lazily imported names, for type checkers
-    from keras_gradmon.activations.monitor import ActivationMonitor  # noqa: F401
-    from keras_gradmon.activations.probe import ActivationSnapshot  # noqa: F401
-    from keras_gradmon.alerts.delivery import (
-        AlertChecker,  # noqa: F401
-        GradientAlertError,  # noqa: F401
+    from keras_gradmon.activations.monitor import (  # noqa: F401
+        ActivationMonitor,
+        ActivationOptions,
     )
-    from keras_gradmon.callbacks import (
-        ActivationMonitorCallback,  # noqa: F401
-        GradientAlertCallback,  # noqa: F401
-        GradientSummaryCallback,  # noqa: F401
+    from keras_gradmon.activations.probe import ActivationSnapshot  # noqa: F401
+    from keras_gradmon.alerts.delivery import (  # noqa: F401
+        AlertChecker,
+        AlertOptions,
+        GradientAlertError,
+    )
+    from keras_gradmon.callbacks import (  # noqa: F401
+        ActivationMonitorCallback,
+        GradientAlertCallback,
+        GradientMonitorCallback,
+        GradientSummaryCallback,
     )
     from keras_gradmon.columns import (  # noqa: F401
         STATISTICS,
@@ -33,33 +38,43 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
     )
     from keras_gradmon.core.config import MonitorConfig  # noqa: F401
     from keras_gradmon.keras3 import GradientMonitorOptimizer  # noqa: F401
-    from keras_gradmon.rl.monitor import RLHealthMonitor  # noqa: F401
+    from keras_gradmon.rl.monitor import RLHealthMonitor, RLOptions  # noqa: F401
     from keras_gradmon.rl.observer import EpisodeObserver  # noqa: F401
     from keras_gradmon.schedule import Schedule  # noqa: F401
-    from keras_gradmon.watch import wrap, write_summaries  # noqa: F401
+    from keras_gradmon.watch import Watch, watch, wrap, write_summaries  # noqa: F401
     from keras_gradmon.wrapping import MonitoredOptimizer  # noqa: F401
 
 __version__ = "0.2.0"
 
+#: The public names, imported on first use: the common job (`watch`), the
+#: wrapper, the callbacks and monitors, their options, the custom loop's
+#: calls, and what `snapshot()` returns.
 _EXPORTS = {
     "ActivationMonitor": "keras_gradmon.activations.monitor",
     "ActivationMonitorCallback": "keras_gradmon.callbacks",
+    "ActivationOptions": "keras_gradmon.activations.monitor",
     "ActivationSnapshot": "keras_gradmon.activations.probe",
     "AlertChecker": "keras_gradmon.alerts.delivery",
+    "AlertOptions": "keras_gradmon.alerts.delivery",
     "EpisodeObserver": "keras_gradmon.rl.observer",
-    "GradientAlertCallback": "keras_gradmon.callbacks",
     "GradientAlertError": "keras_gradmon.alerts.delivery",
+    "GradientMonitorCallback": "keras_gradmon.callbacks",
     "GradientMonitorOptimizer": "keras_gradmon.keras3",
-    "GradientSummaryCallback": "keras_gradmon.callbacks",
     "HistogramSnapshot": "keras_gradmon.columns",
     "MonitorConfig": "keras_gradmon.core.config",
     "MonitoredOptimizer": "keras_gradmon.wrapping",
     "RLHealthMonitor": "keras_gradmon.rl.monitor",
+    "RLOptions": "keras_gradmon.rl.monitor",
     "STATISTICS": "keras_gradmon.columns",
     "Schedule": "keras_gradmon.schedule",
     "Snapshot": "keras_gradmon.columns",
+    "Watch": "keras_gradmon.watch",
+    "watch": "keras_gradmon.watch",
     "wrap": "keras_gradmon.watch",
     "write_summaries": "keras_gradmon.watch",
+    # Deprecated, for one release: GradientMonitorCallback replaces both.
+    "GradientAlertCallback": "keras_gradmon.callbacks",
+    "GradientSummaryCallback": "keras_gradmon.callbacks",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -30,7 +30,9 @@ Thin Keras callbacks around the recorders.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
 import threading
 import warnings
@@ -51,7 +53,8 @@ from keras_gradmon.alerts.events import Alert
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
 from keras_gradmon.columns import GLOBAL, tag
 from keras_gradmon.hub import Hub, Recorder, check_hub, check_recorders
-from keras_gradmon.recorders.keras_logs import KerasLogsRecorder
+from keras_gradmon.recorders.console import progress_safe_logging
+from keras_gradmon.recorders.keras_logs import KerasLogsRecorder, LogValue
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, recording_hub
 from keras_gradmon.wrapping import MonitoredOptimizer, find_monitored
 from keras_gradmon.writer import MonitorWriter
@@ -254,6 +257,7 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
         self.monitor: ActivationMonitor | None = None
         self._steps = StepTracker()
         self._previous: int | None = None
+        self._console: contextlib.ExitStack | None = None
         if model is not None:
             self.set_model(model)
 
@@ -272,6 +276,7 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self._previous = None
+        self._console = progress_safe_console(self)
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         # One host read an epoch (exact even after skipped steps); batches
@@ -295,10 +300,31 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
         self._previous = step
 
     def on_train_end(self, logs: dict | None = None) -> None:
+        if self._console is not None:
+            self._console.close()
         self.monitor.close()
 
 
 # ---- from callbacks.dispatch ----
+
+def progress_safe_console(callback: Any) -> contextlib.ExitStack | None:
+    """Puts the alerts' log lines on lines of their own while `fit` draws
+    Keras's progress bar (verbose=1), where nobody configured logging (the
+    lines would start in the middle of the bar); None elsewhere. Close what
+    it returns when training ends.
+
+    Example:
+
+    >>> progress_safe_console(callback)  # doctest: +SKIP
+    """
+    if getattr(callback, "params", {}).get("verbose") != 1:
+        return None
+    if logging.getLogger("keras_gradmon").handlers or logging.getLogger().handlers:
+        return None
+    stack = contextlib.ExitStack()
+    stack.enter_context(progress_safe_logging())
+    return stack
+
 
 class AsyncOnJax:
     """`async_safe` on the JAX backend (Keras then runs the batch hooks on a
@@ -495,6 +521,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._steps = StepTracker()
         self._fresh_fit = False
         self._pending = False
+        self._console: contextlib.ExitStack | None = None
 
     @property
     def alerts(self) -> list[Alert]:
@@ -530,6 +557,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._pending = False
         self._steps = StepTracker(read=lambda: optimizer_step(self._monitored()))
         self._fresh_fit = True
+        self._console = progress_safe_console(self)
         self._start_reads()
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
@@ -590,6 +618,8 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._update_logs(logs)
 
     def on_train_end(self, logs: dict | None = None) -> None:
+        if self._console is not None:
+            self._console.close()
         writer = self.monitor_writer
         writer.close()
         writer.unlink(self.hub)
@@ -603,7 +633,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
     def _update_logs(self, logs: dict | None) -> None:
         self._logs.update(logs)
         if logs is not None and self.checker is not None:
-            logs["grad_alerts"] = float(len(self.alerts))
+            logs["grad_alerts"] = LogValue(len(self.alerts))
 
 
 def _deprecated(old: str, new: str) -> None:

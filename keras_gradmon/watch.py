@@ -1,22 +1,305 @@
-"""The ways in: `wrap` an optimizer, and `write_summaries` in a custom loop.
+"""The ways in: `watch` a compiled model or an agent in one call, `wrap` an
+optimizer yourself, and `write_summaries` in a custom loop.
 
 Example:
 
 ```python
-optimizer = keras_gradmon.wrap(keras.optimizers.Adam(1e-3), every_n_steps=10)
-...  # a custom training loop calling optimizer.apply(grads, variables)
-keras_gradmon.write_summaries(optimizer, "logs/train")
+model.compile(optimizer="adam", loss="mse")
+model.fit(x, y, callbacks=keras_gradmon.watch(model, "logs/train"))
 ```
 """
 
 from __future__ import annotations
 
+import os
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
+from keras_gradmon.alerts.delivery import AlertChecker, AlertOptions
+from keras_gradmon.alerts.events import Alert
+from keras_gradmon.core.config import MonitorConfig
+from keras_gradmon.hub import Hub
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
-from keras_gradmon.wrapping import check_not_monitored, kind_of, unsupported_error
+from keras_gradmon.wrapping import (
+    MonitoredOptimizer,
+    check_not_monitored,
+    find_monitored,
+    kind_of,
+    unsupported_error,
+)
 from keras_gradmon.writer import MonitorWriter
+
+#: The attributes through which tf-agents' agents hold their optimizers,
+#: and the tag scope each gets when an agent holds several.
+AGENT_OPTIMIZERS = {
+    "_optimizer": None,
+    "_actor_optimizer": "actor",
+    "_critic_optimizer": "critic",
+    "_alpha_optimizer": "alpha",
+}
+
+
+class Watch(list):
+    """What `watch` turned on. It is the list of callbacks to pass to
+    `model.fit`; for an agent (or a custom loop) call `write()` after each
+    train step instead.
+
+    Attributes:
+        optimizers: The monitored optimizers (one per optimizer watched).
+        hub: Where every monitor's numbers go (TensorBoard at `log_dir`).
+
+    Example:
+
+    ```python
+    watched = keras_gradmon.watch(agent, "logs/dqn")
+    for experience in dataset:
+        agent.train(experience)
+        watched.write()
+    ```
+    """
+
+    def __init__(
+        self,
+        callbacks: list,
+        optimizers: list[MonitoredOptimizer],
+        hub: Hub,
+        checkers: list[AlertChecker] | None = None,
+    ) -> None:
+        super().__init__(callbacks)
+        self.optimizers = list(optimizers)
+        self.hub = hub
+        self._checkers = list(checkers or [])
+
+    @property
+    def alerts(self) -> list[Alert]:
+        """Every alert raised so far, by every monitor, in order of step."""
+        found = [a for c in self for a in getattr(c, "alerts", [])]
+        found += [a for checker in self._checkers for a in checker.history]
+        return sorted(found, key=lambda alert: alert.step)
+
+    def write(self) -> bool:
+        """Writes what the optimizers recorded since the last call and runs
+        the alert rules on it (for agents and custom loops; `fit` needs
+        nothing); returns whether anything was written.
+
+        Raises:
+            GradientAlertError: When an alert's tier has the "raise" action.
+        """
+        fresh = False
+        for optimizer in self.optimizers:
+            fresh = MonitorWriter.of(optimizer.monitor).write() or fresh
+        for checker in self._checkers:
+            checker.check()
+        return fresh
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether an alert whose action is "stop" fired (`write()`)."""
+        return any(checker.stop_requested for checker in self._checkers)
+
+    def close(self) -> None:
+        """Writes what is left and closes the event files."""
+        self.write()
+        for checker in self._checkers:
+            checker.close()
+        self.hub.close()
+
+
+def watch(
+    target: Any,
+    log_dir: str | os.PathLike | None = None,
+    *,
+    config: MonitorConfig | Mapping[str, Any] | str | os.PathLike | None = None,
+    alerts: AlertOptions | Mapping[str, Any] | bool = True,
+    activations: Any = None,
+    clipping: Mapping[str, Any] | float | None = None,
+    **options: Any,
+) -> Watch:
+    """Turns on the common job in one call: the gradient monitor wrapped
+    around the optimizer of `target`, TensorBoard at `log_dir`, the default
+    alerts, and optionally clipping and activations.
+
+    Args:
+        target: A compiled Keras model (its optimizer is wrapped in place,
+            before its train function is built: call `watch` before `fit`),
+            or a tf-agents agent (every optimizer it holds is wrapped, each
+            recording against its `train_step_counter`; call it before the
+            first `agent.train`).
+        log_dir: Where TensorBoard's event file goes (numbers of every
+            monitor, and the alerts); None: nothing is written to disk.
+        config: The gradient monitor's options: a `MonitorConfig`, a dict,
+            or a JSON/YAML config file, whose `monitor`, `alerts` and
+            `activations` sections configure all of it.
+        alerts: An `AlertOptions` (or a dict of its fields), True for the
+            defaults (or the config file's `alerts` section), False for none.
+        activations: A probe batch of model inputs (a few hundred held-out
+            samples), or an `ActivationOptions` / dict holding one, to watch
+            the layers' activations too (Keras models).
+        clipping: Clip the gradients: a `max_norm` (global-norm clipping) or
+            a clipping config (`{"method": "autoclip"}`); None: as `config`.
+        **options: `MonitorConfig` options (`every_n_steps=10`, ...).
+
+    Returns:
+        A `Watch`: the callbacks to pass to `fit`.
+
+    Raises:
+        ValueError: For a model that is not compiled, an optimizer that has
+            trained already, or anything else that cannot be watched.
+
+    Example:
+
+    ```python
+    model.compile(optimizer="adam", loss="mse", jit_compile=True)
+    callbacks = keras_gradmon.watch(model, "logs/train", clipping=1.0,
+                                    activations=x_val[:256])
+    model.fit(x, y, callbacks=callbacks)
+    ```
+    """
+    monitor_config = _monitor_config(config, clipping, options)
+    alert_options = AlertOptions.of(
+        AlertOptions.build(config) if alerts is True and _is_file(config) else alerts
+    )
+    hub = Hub([TensorBoardRecorder(log_dir)] if log_dir is not None else [])
+    if _is_agent(target):
+        return _watch_agent(target, monitor_config, alert_options, hub)
+    return _watch_model(target, monitor_config, alert_options, hub, activations, config)
+
+
+def _is_file(config: Any) -> bool:
+    return isinstance(config, (str, os.PathLike))
+
+
+def _monitor_config(config: Any, clipping: Any, options: dict) -> MonitorConfig:
+    """The gradient monitor's options: `config` (a file's `monitor`
+    section), `clipping` (a number is a global-norm `max_norm`) and the
+    options one by one on top."""
+    if _is_file(config):
+        config = MonitorConfig.from_file(config)
+    if clipping is not None:
+        if isinstance(clipping, (int, float)) and not isinstance(clipping, bool):
+            clipping = {"method": "global_norm", "max_norm": float(clipping)}
+        options = {**options, "clipping": clipping}
+    return MonitorConfig.resolve(config, options)
+
+
+def _is_agent(target: Any) -> bool:
+    return hasattr(target, "train_step_counter") and hasattr(target, "train")
+
+
+def _watch_model(
+    model: Any,
+    config: MonitorConfig,
+    alerts: AlertOptions | None,
+    hub: Hub,
+    activations: Any,
+    file: Any,
+) -> Watch:
+    """`watch` of a compiled Keras model."""
+    from keras_gradmon.callbacks import (
+        ActivationMonitorCallback,
+        GradientMonitorCallback,
+    )
+
+    optimizer = _model_optimizer(model, config)
+    callbacks: list = [
+        GradientMonitorCallback(hub=hub, alerts=alerts is not None and alerts)
+    ]
+    if activations is not None:
+        section = file if _is_file(file) else None
+        data, chosen = activations, section
+        if isinstance(activations, Mapping) or type(activations).__name__ == (
+            "ActivationOptions"
+        ):
+            data, chosen = None, activations
+        callbacks.append(
+            ActivationMonitorCallback(
+                data, config=chosen, alerts=alerts is not None and alerts, hub=hub
+            )
+        )
+    return Watch(callbacks, [optimizer], hub)
+
+
+def _model_optimizer(model: Any, config: MonitorConfig) -> MonitoredOptimizer:
+    """`model`'s optimizer, wrapped in place (or already monitored)."""
+    from keras_gradmon.keras3 import GradientMonitorOptimizer
+
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or not hasattr(model, "compile"):
+        raise ValueError(
+            "`target` must be a compiled Keras model (or a tf-agents agent): "
+            "watch wraps the optimizer `compile` gave it. Call "
+            "`model.compile(optimizer=..., loss=...)` first. Received: "
+            f"target={model!r}"
+        )
+    try:
+        found = find_monitored(optimizer)
+    except ValueError:
+        found = None
+    if found is not None:
+        return found
+    _check_fresh(optimizer, "model.optimizer")
+    wrapper = GradientMonitorOptimizer(optimizer, config=config)
+    model.optimizer = wrapper
+    compiled = getattr(model, "_compile_config", None)
+    if compiled is not None and "optimizer" in getattr(compiled, "config", {}):
+        compiled.config["optimizer"] = wrapper  # saved and loaded wrapped
+    model.train_function = None  # built again, with the wrapper
+    return wrapper
+
+
+def _check_fresh(optimizer: Any, argument: str) -> None:
+    """Refuses an optimizer that holds state already: its train function was
+    traced with it, and its slots would not be the wrapper's."""
+    variables = getattr(optimizer, "variables", [])
+    variables = variables() if callable(variables) else variables
+    built = getattr(optimizer, "built", False) and len(variables) > 1
+    if built or getattr(optimizer, "_slots", None):
+        raise ValueError(
+            f"`{argument}` has trained already (it holds state): call "
+            "keras_gradmon.watch before the first train step, or wrap the "
+            "optimizer yourself with keras_gradmon.wrap before compiling. "
+            f"Received: {argument}={optimizer!r}"
+        )
+
+
+def _watch_agent(
+    agent: Any, config: MonitorConfig, alerts: AlertOptions | None, hub: Hub
+) -> Watch:
+    """`watch` of a tf-agents agent: each optimizer it holds wrapped in place,
+    written and checked by `Watch.write()`."""
+    held = [a for a in AGENT_OPTIMIZERS if getattr(agent, a, None) is not None]
+    if not held:
+        raise ValueError(
+            "`target` holds no optimizer (none of "
+            f"{list(AGENT_OPTIMIZERS)}): it cannot be watched. Received: "
+            f"target={agent!r}"
+        )
+    optimizers, checkers = [], []
+    for attribute in held:
+        scope = AGENT_OPTIMIZERS[attribute] if len(held) > 1 else None
+        optimizer = _agent_optimizer(agent, attribute, config, scope)
+        MonitorWriter.of(optimizer.monitor).link(hub)
+        optimizers.append(optimizer)
+        if alerts is not None:
+            checkers.append(AlertChecker(optimizer, alerts=alerts, hub=hub))
+    return Watch([], optimizers, hub, checkers)
+
+
+def _agent_optimizer(
+    agent: Any, attribute: str, config: MonitorConfig, scope: str | None
+) -> MonitoredOptimizer:
+    """The agent's optimizer at `attribute`, wrapped in place (or already
+    monitored), recording against its train step counter."""
+    optimizer = getattr(agent, attribute)
+    try:
+        return find_monitored(optimizer)
+    except ValueError:
+        pass
+    _check_fresh(optimizer, f"agent.{attribute.lstrip('_')}")
+    wrapper = wrap(optimizer, config, name=scope, step=agent.train_step_counter)
+    setattr(agent, attribute, wrapper)
+    return wrapper
 
 
 def wrap(optimizer: Any, config: Any = None, name: str | None = None, **options: Any):
@@ -62,16 +345,18 @@ def wrap(optimizer: Any, config: Any = None, name: str | None = None, **options:
     return wrapper_for(optimizer, config, name, **options)
 
 
-_writers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: The hubs `write_summaries` links to each monitor's writer, by destination.
+_destinations: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def write_summaries(optimizer: Any, writer: Any) -> bool:
     """Writes the statistics `optimizer` recorded since the last call.
 
     The one line a custom training loop needs after `apply_gradients`;
-    what it writes is flushed to the event file at once.
-    Statistics already written are not written again, so calling it every
-    step costs two small host reads on steps without fresh statistics.
+    what it writes is flushed to the event file at once. The monitor's one
+    writer (`keras_gradmon.writer.MonitorWriter`) reads each summary once,
+    so statistics already written are not written again, and calling it
+    every step costs two small host reads on steps without fresh statistics.
 
     Args:
         optimizer: A monitored optimizer (any adapter), or an optimizer
@@ -91,17 +376,15 @@ def write_summaries(optimizer: Any, writer: Any) -> bool:
         keras_gradmon.write_summaries(optimizer, writer)
     ```
     """
-    from keras_gradmon.wrapping import find_monitored
-
     monitored = find_monitored(optimizer)
-    per_optimizer = _writers.setdefault(monitored.monitor, {})
-    key = writer if isinstance(writer, str) else id(writer)
-    if key not in per_optimizer:
+    monitor_writer = MonitorWriter.of(monitored.monitor, monitored._monitor_name())
+    hubs = _destinations.setdefault(monitored.monitor, {})
+    key = writer if isinstance(writer, (str, os.PathLike)) else id(writer)
+    if key not in hubs:
         recorder = (
-            TensorBoardRecorder(log_dir=writer)
-            if isinstance(writer, str)
-            else TensorBoardRecorder(writer=writer)
+            TensorBoardRecorder(writer=writer)
+            if hasattr(writer, "as_default")
+            else TensorBoardRecorder(log_dir=writer)
         )
-        label = monitored._monitor_name()
-        per_optimizer[key] = MonitorWriter(monitored.monitor, [recorder], label)
-    return per_optimizer[key].write()
+        hubs[key] = monitor_writer.link(Hub([recorder]))
+    return monitor_writer.write()

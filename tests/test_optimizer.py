@@ -333,4 +333,9 @@ def test_public_api():
         "MonitorConfig",
         "GradientSummaryCallback",
         "write_summaries",
+        "watch",
+        "GradientMonitorCallback",
+        "AlertOptions",
     }
+    for name in keras_gradmon.__all__:
+        assert getattr(keras_gradmon, name) is not None

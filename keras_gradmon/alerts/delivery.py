@@ -169,6 +169,8 @@ class AlertDelivery:
         for alert in alerts:
             action = self.actions[alert.tier]
             if action == "stop":
+                if not self.stop_requested:
+                    self.incidents.log_stop(alert)  # nothing else says so
                 self.stop_requested = True
             elif action == "raise":
                 raise GradientAlertError(alert)

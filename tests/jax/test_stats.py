@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from keras import ops
 
 from keras_gradmon.columns import STATISTICS
-from keras_gradmon.core import batched as stats
+from keras_gradmon.core import batched, histogram, norms
 from keras_gradmon.core import statistics as registry
 from tests.jax.cases import BUCKETS, NORM_CASES, as_dtype, held, statistic_cases
 from tests.jax.processes import run_python
@@ -41,7 +41,7 @@ def _tensors(cases: dict) -> list:
 
 
 def test_statistics_match_float64_reference(cases):
-    rows = np.asarray(jax.jit(stats.batched_statistics)(_tensors(cases)))
+    rows = np.asarray(jax.jit(batched.batched_statistics)(_tensors(cases)))
     assert rows.dtype == np.float32 and rows.shape == (len(cases), len(STATISTICS))
     for row, name in zip(rows, cases):
         want = reference_statistics(held(name, cases[name], ops))
@@ -64,7 +64,7 @@ def _scaled(batch) -> list[np.ndarray]:
 @given(batches)
 def test_random_batches_match_float64_reference(batch):
     values = _scaled(batch)
-    rows = jax.jit(stats.batched_statistics)([jnp.asarray(v) for v in values])
+    rows = jax.jit(batched.batched_statistics)([jnp.asarray(v) for v in values])
     assert_rows_close(rows, values)
 
 
@@ -74,15 +74,15 @@ def test_random_batches_match_float64_reference(batch):
 def test_each_statistic_alone_matches_its_reference(name, batch):
     # Asked alone, a statistic's own `needs` serve it (its careful path too).
     values = _scaled(batch)
-    compute = jax.jit(lambda ts: stats.batched_statistics(ts, [name]))
+    compute = jax.jit(lambda ts: batched.batched_statistics(ts, [name]))
     assert_rows_close(compute([jnp.asarray(v) for v in values]), values, [name])
 
 
 def test_a_statistic_in_one_module_joins_the_batched_program(cases):
     held_values = [held(name, v, ops) for name, v in cases.items()]
-    alone = jax.jit(stats.batched_statistics)(_tensors(cases))
+    alone = jax.jit(batched.batched_statistics)(_tensors(cases))
     with toys.registered():
-        compute = jax.jit(lambda ts: stats.batched_statistics(ts, toys.NAMES))
+        compute = jax.jit(lambda ts: batched.batched_statistics(ts, toys.NAMES))
         toys.assert_toy_rows(compute(_tensors(cases)), alone, held_values)
 
 
@@ -91,29 +91,29 @@ def test_half_precision_inputs(dtype):
     rng = np.random.default_rng(2)
     values = [(rng.normal(size=s) * 300).astype("f4") for s in (7, 40, 1)]
     tensors = [ops.cast(values[0], dtype), *map(jnp.asarray, values[1:])]
-    rows = np.asarray(jax.jit(stats.batched_statistics)(tensors))
+    rows = np.asarray(jax.jit(batched.batched_statistics)(tensors))
     for row, t in zip(rows, tensors):
         want = reference_statistics(np.asarray(t, np.float64))
         assert_statistics_close(dict(zip(STATISTICS, row)), want)
 
 
 def test_float16_squares_do_not_overflow():
-    rows = stats.batched_statistics([jnp.full([1000], 60000.0, jnp.float16)])
+    rows = batched.batched_statistics([jnp.full([1000], 60000.0, jnp.float16)])
     np.testing.assert_allclose(rows[0, 0], 60000.0 * np.sqrt(1000), rtol=1e-6)
 
 
 def test_names_subset_and_single_tensor(cases):
     names = ("norm", "nonfinite")
-    rows = jax.jit(lambda ts: stats.batched_statistics(ts, names))(_tensors(cases))
-    full = np.asarray(stats.batched_statistics(_tensors(cases)))
+    rows = jax.jit(lambda ts: batched.batched_statistics(ts, names))(_tensors(cases))
+    full = np.asarray(batched.batched_statistics(_tensors(cases)))
     for i, name in enumerate(STATISTICS):
         if name in names:
             np.testing.assert_allclose(rows[:, i], full[:, i], rtol=1e-6)
         else:
             assert np.isnan(rows[:, i]).all(), name
-    one = jax.jit(stats.tensor_statistics)(jnp.asarray([3.0, -4.0, 0.0, np.nan]))
+    one = jax.jit(batched.tensor_statistics)(jnp.asarray([3.0, -4.0, 0.0, np.nan]))
     assert float(one["norm"]) == 5.0 and float(one["zero_fraction"]) == 0.25
-    assert stats.batched_statistics([]).shape == (0, len(STATISTICS))
+    assert batched.batched_statistics([]).shape == (0, len(STATISTICS))
 
 
 def test_bucket_counts_are_exact(cases):
@@ -122,9 +122,9 @@ def test_bucket_counts_are_exact(cases):
     values += [cases["hard0"], cases["hard9"], cases["hard7"], cases["hard5"]]
     values.append(np.array([0.0, 0.1, 0.3, 0.6, 0.99, 1.0, np.nan], "f4"))
     tensors = [jnp.asarray(v) for v in values]
-    counts, ranges = jax.jit(lambda ts: stats.batched_bucket_counts(ts, 4))(tensors)
+    counts, ranges = jax.jit(lambda ts: batched.batched_bucket_counts(ts, 4))(tensors)
     assert counts.dtype == jnp.int32 and ranges.dtype == jnp.float32
-    single = jax.jit(lambda t: stats.bucket_counts(t, 4))
+    single = jax.jit(lambda t: histogram.bucket_counts(t, 4))
     for i, v in enumerate(values):
         want, low, high = reference_histogram(v, 4)
         np.testing.assert_array_equal(counts[i], want)
@@ -137,7 +137,8 @@ def test_bucket_counts_are_exact(cases):
 
 def test_bucket_counts_of_values_near_float32_max():
     values = np.array([3.4e38, -3.4e38, 1.7e38, 0.0, np.inf], "f4")
-    counts, ranges = jax.jit(lambda t: stats.bucket_counts(t, 4))(jnp.asarray(values))
+    count = jax.jit(lambda t: histogram.bucket_counts(t, 4))
+    counts, ranges = count(jnp.asarray(values))
     assert np.asarray(counts).tolist() == [1, 0, 1, 2]
     np.testing.assert_array_equal(ranges, np.float32([-3.4e38, 3.4e38]))
 
@@ -154,27 +155,27 @@ def test_bucket_counts_of_values_near_float32_max():
 )
 def test_global_norm(values, expected, all_finite):
     tensors = [jnp.asarray(v, jnp.float32) for v in values]
-    norm, finite = jax.jit(stats.batched_global_norm)(tensors)
+    norm, finite = jax.jit(norms.batched_global_norm)(tensors)
     np.testing.assert_allclose(np.asarray(norm), expected, rtol=1e-6)
     assert bool(finite) == all_finite
 
 
 def test_global_norm_conventions():
-    norm, finite = stats.batched_global_norm([])
+    norm, finite = norms.batched_global_norm([])
     assert float(norm) == 0.0 and bool(finite)
     tensors = [None, jnp.asarray([3.0], jnp.float16), jnp.asarray([[4.0]])]
-    norm, finite = jax.jit(stats.batched_global_norm)(tensors)
+    norm, finite = jax.jit(norms.batched_global_norm)(tensors)
     assert float(norm) == 5.0 and bool(finite)
     # Without jax_enable_x64 the widest float is float32: this norm is inf.
-    norm, _ = stats.batched_global_norm([jnp.asarray([3e38, 3e38])])
+    norm, _ = norms.batched_global_norm([jnp.asarray([3e38, 3e38])])
     assert norm.dtype == jnp.float32 and np.isinf(norm)
 
 
 def test_combine_norms():
-    norms = np.array([3e30, 4e30, 0.0, 12e30], "f4")
-    got = jax.jit(stats.combine_norms)(jnp.asarray(norms))
-    np.testing.assert_allclose(got, np.sqrt(np.sum(norms.astype("f8") ** 2)), 1e-6)
-    assert float(stats.combine_norms(jnp.zeros([0]))) == 0.0
+    values = np.array([3e30, 4e30, 0.0, 12e30], "f4")
+    got = jax.jit(norms.combine_norms)(jnp.asarray(values))
+    np.testing.assert_allclose(got, np.sqrt(np.sum(values.astype("f8") ** 2)), 1e-6)
+    assert float(norms.combine_norms(jnp.zeros([0]))) == 0.0
 
 
 def _primitives(jaxpr, found: list) -> list:
@@ -199,17 +200,17 @@ def _program(fn, count: int) -> dict:
 
 @pytest.mark.parametrize(
     "fn",
-    [stats.batched_statistics, lambda ts: stats.batched_bucket_counts(ts, 30)],
+    [batched.batched_statistics, lambda ts: batched.batched_bucket_counts(ts, 30)],
 )
 def test_program_does_not_grow_with_tensor_count(fn):
     assert _program(fn, 10) == _program(fn, 100)
 
 
 def test_careful_path_is_a_real_conditional():
-    program = _program(stats.batched_statistics, 3)
+    program = _program(batched.batched_statistics, 3)
     assert program["cond"] == 1
     # The rows float32 cannot be trusted with, recomputed in the taken branch.
-    rows = jax.jit(stats.batched_statistics)([jnp.asarray([3e30, 4e30])])
+    rows = jax.jit(batched.batched_statistics)([jnp.asarray([3e30, 4e30])])
     np.testing.assert_allclose(rows[0, 0], 5e30, rtol=1e-6)
 
 
@@ -218,11 +219,11 @@ def test_parity_with_tensorflow_backend(cases, tmp_path):
     np.savez(source, **cases)
     run_python(["-m", "tests.jax.tf_side", str(source), str(target)], "tensorflow")
     tensors = _tensors(cases)
-    rows = np.asarray(jax.jit(stats.batched_statistics)(tensors))
-    counts, ranges = jax.jit(lambda ts: stats.batched_bucket_counts(ts, BUCKETS))(
+    rows = np.asarray(jax.jit(batched.batched_statistics)(tensors))
+    counts, ranges = jax.jit(lambda ts: batched.batched_bucket_counts(ts, BUCKETS))(
         tensors
     )
-    norm, _ = jax.jit(stats.batched_global_norm)(
+    norm, _ = jax.jit(norms.batched_global_norm)(
         [as_dtype(n, cases[n], ops) for n in NORM_CASES]
     )
     with np.load(target) as data:

@@ -13,18 +13,18 @@ def main(source: str, target: str) -> None:
     """Computes what `test_stats.compute` does, on TensorFlow, eagerly."""
     from keras import ops
 
-    from keras_gradmon.core import batched as stats
+    from keras_gradmon.core import batched, norms
     from tests.jax.cases import BUCKETS, NORM_CASES, as_dtype
 
     with np.load(source) as data:
         cases = {name: data[name] for name in data.files}
     tensors = [as_dtype(name, v, ops) for name, v in cases.items()]
-    counts, ranges = stats.batched_bucket_counts(tensors, BUCKETS)
-    norms = [as_dtype(n, cases[n], ops) for n in NORM_CASES]
-    norm, _ = stats.batched_global_norm(norms)
+    counts, ranges = batched.batched_bucket_counts(tensors, BUCKETS)
+    values = [as_dtype(n, cases[n], ops) for n in NORM_CASES]
+    norm, _ = norms.batched_global_norm(values)
     np.savez(
         target,
-        rows=np.asarray(stats.batched_statistics(tensors)),
+        rows=np.asarray(batched.batched_statistics(tensors)),
         counts=np.asarray(counts),
         ranges=np.asarray(ranges),
         norm=np.asarray(norm),
