@@ -111,32 +111,33 @@ def run_config(clipping: bool) -> dict:
     return config
 
 
-def _callbacks(run_dir: str, probe: np.ndarray, every_n_steps: int) -> list:
-    """Keras's TensorBoard callback and every keras_gradmon callback, the
-    alerts stopping training on a critical one."""
+def _callbacks(model, run_dir: str, probe: np.ndarray, clipping: bool) -> list:
+    """Keras's TensorBoard callback (the loss, in `run_dir`), and
+    `keras_gradmon.watch`'s: the gradient monitor, its alerts stopping
+    training on a critical one, and the activations, in `run_dir/train`."""
     import keras
 
     import keras_gradmon
 
-    train_dir = os.path.join(run_dir, "train")
-    return [
-        keras.callbacks.TensorBoard(run_dir),
-        keras_gradmon.GradientSummaryCallback(train_dir),
-        keras_gradmon.GradientAlertCallback(log_dir=train_dir, actions=ACTIONS),
-        keras_gradmon.ActivationMonitorCallback(
-            probe, log_dir=train_dir, every_n_steps=every_n_steps
-        ),
-    ]
+    config = run_config(clipping)
+    watched = keras_gradmon.watch(
+        model,
+        os.path.join(run_dir, "train"),
+        config=config,
+        alerts={"actions": ACTIONS},
+        activations={"data": probe, "every_n_steps": config["every_n_steps"]},
+    )
+    return [keras.callbacks.TensorBoard(run_dir), *watched]
 
 
 def _stopped_by(model, callbacks: list) -> Alert | None:
     """The first alert whose tier's action is "stop", if `fit` stopped."""
-    import keras_gradmon
-
     if not model.stop_training:
         return None
-    alerting = keras_gradmon.GradientAlertCallback
-    alerts = next(c.alerts for c in callbacks if isinstance(c, alerting))
+    alerts = sorted(
+        (a for c in callbacks for a in getattr(c, "alerts", [])),
+        key=lambda a: a.step,
+    )
     return next((a for a in alerts if ACTIONS.get(a.tier) == "stop"), None)
 
 
@@ -145,19 +146,15 @@ def train_run(run_dir: str, clipping: bool, epochs: int, verbose: int = 1) -> Ru
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import keras
 
-    import keras_gradmon
-
     keras.utils.set_random_seed(0)
     x, y = synthetic_data()
     x_train, y_train = x[:TRAIN_SAMPLES], y[:TRAIN_SAMPLES]
     probe = x[TRAIN_SAMPLES : TRAIN_SAMPLES + 256]
     model = build_model(x.shape[1])
-    config = keras_gradmon.MonitorConfig.from_dict(run_config(clipping))
-    optimizer = keras_gradmon.GradientMonitorOptimizer(
-        keras.optimizers.SGD(LEARNING_RATE), config=config
+    model.compile(
+        optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="mse", jit_compile=True
     )
-    model.compile(optimizer=optimizer, loss="mse", jit_compile=True)
-    callbacks = _callbacks(run_dir, probe, config.every_n_steps)
+    callbacks = _callbacks(model, run_dir, probe, clipping)
     with progress_safe_logging():  # alert lines below the progress bar
         history = model.fit(
             x_train,
@@ -169,7 +166,7 @@ def train_run(run_dir: str, clipping: bool, epochs: int, verbose: int = 1) -> Ru
         )
     return RunResult(
         losses=[float(v) for v in history.history["loss"]],
-        steps=int(optimizer.iterations),
+        steps=int(model.optimizer.iterations),
         planned=epochs * math.ceil(TRAIN_SAMPLES / BATCH_SIZE),
         stopped_by=_stopped_by(model, callbacks),
     )
