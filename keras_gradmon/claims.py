@@ -178,9 +178,8 @@ def claim_monitor(
     for item in destinations:
         destination = getattr(item, "destination", item)
         if destination is not None:
-            writes_text = hasattr(item, "write_text")
-            targets.setdefault(_key(destination)[0], (destination, item, writes_text))
-    places = [destination for destination, _, _ in targets.values()]
+            targets.setdefault(_key(destination)[0], (destination, item))
+    places = [destination for destination, _ in targets.values()]
     with _lock:  # (replicas may trace the same monitor in parallel)
         scope, beside = _scope_for(monitor, places, label)
         fresh = _take(places, scope, monitor, label)
@@ -191,16 +190,20 @@ def claim_monitor(
     text = announcement(monitor, label, beside)
     if beside is not None:
         logger.warning(text)
-    name = tag(SCOPE_TEXT, scope)
-    for destination, item, writes_text in targets.values():
-        if not any(destination is d for d in fresh):
-            continue
-        if writes_text:  # once, at step 0
+    targets = [t for t in targets.values() if any(t[0] is d for d in fresh)]
+    _announce(targets, tag(SCOPE_TEXT, scope), text, announce)
+    return scope
+
+
+def _announce(targets: list, name: str, text: str, announce: Any) -> None:
+    """Writes a derived scope's announcement once, at step 0, to each
+    `(destination, recorder or destination)` of `targets`."""
+    for destination, item in targets:
+        if hasattr(item, "write_text"):
             item.write_text(name, [text], 0)
             item.flush()
         elif announce is not None:
             announce(destination, name, text)
-    return scope
 
 
 def announcement(monitor: Any, label: str, beside: str | None) -> str:

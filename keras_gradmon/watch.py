@@ -141,19 +141,14 @@ def watch(
         **options: `MonitorConfig` options (`every_n_steps=10`, ...).
 
     Returns:
-        A `Watch`: the callbacks to pass to `fit`.
-
-    Raises:
-        ValueError: For a model that is not compiled, an optimizer that has
-            trained already, or anything else that cannot be watched.
+        A `Watch`: the callbacks to pass to `fit`. Raises a `ValueError` for
+        an uncompiled model or an optimizer that has trained already.
 
     Example:
 
     ```python
     model.compile(optimizer="adam", loss="mse", jit_compile=True)
-    callbacks = keras_gradmon.watch(model, "logs/train", clipping=1.0,
-                                    activations=x_val[:256])
-    model.fit(x, y, callbacks=callbacks)
+    model.fit(x, y, callbacks=keras_gradmon.watch(model, "logs", clipping=1.0))
     ```
     """
     monitor_config = _monitor_config(config, clipping, options)

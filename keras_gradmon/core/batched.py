@@ -1,63 +1,27 @@
-"""Statistics of many tensors in one program that does not grow with their
-number: the tensors laid out as one NaN-padded `[blocks, block]` matrix
-(`static_layout`), the shared pass every statistic finishes from
-(`Reductions`, and `Careful` where a float32 pass cannot be trusted), and
-the per-tensor functions, its one-tensor case.
+"""Statistics of many tensors at once, in a program that does not grow with
+their number, written in `keras.ops` (the same on every Keras backend; what
+differs is in `keras_gradmon.backend`); no `tf.summary`, no string ops, no
+Python control flow on tensor values, so it compiles under XLA.
 
-How `batched.py` lays tensors out: one NaN-padded `[blocks, block]` matrix.
-
-Tensors of static shape share one layout of NumPy constants, so the program
-does not grow with their number. Tensors whose size is known only at run
-time (TensorFlow only: an `Embedding`'s `tf.IndexedSlices` passed into a
-`tf.function`, an `input_signature` of unknown dims) share one layout of the
-same values computed with tensors (`backend.tensorflow.dynamic_layout`, the
-mirror of `static_layout`). `by_layout` computes a batched result for each
-group and puts its rows back in the input order.
-
-The shared pass of `batched.py`, which every statistic finishes from.
-
-On the NaN-padded `[blocks, block]` matrix of the tensors of one layout
-(`layout.py`), reduced by rows, then by tensor with segment ids:
-`Reductions` takes, in one pass in float32 (float64 if any tensor is), the
-counts and the reductions the statistics asked need (`statistic.REDUCTIONS`),
-sums around a shift (a median of three elements) against cancellation;
-`Careful` recomputes, scaled by the largest magnitude and the variance in
-two passes, what a float32 pass cannot be trusted with. Reductions read a
-`where`: XLA:CPU then runs fast library ones. Derived values are computed on
-first use, so a statistic's `fast` or `careful` only costs what it reads.
-
-Pure, XLA-safe statistic functions.
-
-Everything here is plain tensor math: no `tf.summary`, no string ops, no
-Python control flow on tensor values, so it compiles under
-`tf.function(jit_compile=True)`. Each statistic is one registered object
-(`statistic.Statistic`: its reductions, how they finish, its careful path,
-its NumPy reference), one module each in `statistics/`, held by
-`registry.py`. `batched.py` computes the statistics and histograms of many
-tensors in one program that does not grow with their number; the
-per-tensor functions are its one-tensor case.
-
-Statistics of many tensors at once, in a program that does not grow with
-their number: the tensors, padded with NaN (ignored like all non-finite
-elements) to whole blocks, form one `[blocks, block]` matrix reduced by rows,
-then by tensor with segment ids (`layout.py`: static ones; tensors of a size
-known only at run time form a second matrix, its layout computed at run
-time). Each statistic is a registered `Statistic` (`registry.py`, one module
-each in `statistics/`); here they are computed together: one shared pass
-takes the reductions they need (`reductions.Reductions`), each finishes its
-value from them, and one conditional recomputes, scaled and in two passes
-(`reductions.Careful`), the rows that pass cannot be trusted with. Written
-in `keras.ops`, the same on every Keras backend; what differs (the
-conditional, bin counts, densifying) is in `keras_gradmon.backend`.
-
-Per-tensor statistics: norm, moments, extremes, sparsity, finiteness.
-
-The one-tensor case of `keras_gradmon.core.batched.batched_statistics`
-(each statistic is defined in its module of `keras_gradmon.core.statistics`):
-statistics of the *finite* elements, NaN and Inf counted in `nonfinite`
-instead of turning every other number into NaN, computed in float32 (float64
-for float64 input) and returned as float32, right near the float32 limit
-(1e30) and for tiny values (1e-30).
+- The layout: the tensors, padded with NaN (ignored like every non-finite
+  element) to whole blocks, form one `[blocks, block]` matrix
+  (`static_layout`, a `BlockLayout` of NumPy constants; tensors whose size
+  is known only at run time share a second matrix whose layout the
+  TensorFlow backend computes with tensors, `dynamic_layout`).
+- The shared pass (`Reductions`): reduced by rows, then by tensor with
+  segment ids, in float32 (float64 if any tensor is), it takes the counts
+  and the reductions the requested statistics need
+  (`keras_gradmon.core.statistics`), sums around a shift against
+  cancellation; each statistic finishes its value from them, and one
+  conditional recomputes, scaled and in two passes (`Careful`), the rows
+  that pass cannot be trusted with. Derived values are computed on first
+  use, so a statistic only costs what it reads.
+- The one-tensor case (`tensor_statistics`): statistics of the finite
+  elements, NaN and Inf counted in `nonfinite` instead of turning every
+  other number into NaN, right near the float32 limit and for tiny values.
+- L2 norms of many tensors together (`batched_global_norm`,
+  `combine_norms`): from their elements (overflow-safe), or from their own
+  norms.
 """
 
 from __future__ import annotations
@@ -567,3 +531,89 @@ def stack_statistics(
     (8,)
     """
     return batched_statistics([x], names)[0]
+
+
+# L2 norms of many tensors together -------------------------------------------
+
+def combine_norms(norms: Any) -> Tensor:
+    """L2 norm of the concatenation of tensors, given each tensor's L2 norm.
+
+    This is sqrt(sum of squares) of every element, never a sum of norms.
+    It is scaled by the largest norm so that norms near the float32 limit do
+    not overflow when squared.
+
+    Args:
+        norms: A 1-D float tensor of per-tensor L2 norms (may be empty).
+
+    Returns:
+        A scalar tensor of the same dtype; 0 for an empty input.
+
+    Example:
+
+    >>> import numpy as np
+    >>> float(combine_norms(np.array([3.0, 4.0], "f4")))
+    5.0
+    """
+    norms = ops.convert_to_tensor(norms)
+    largest = ops.max(norms, initial=0.0)
+    scale = ops.where(largest > 0, largest, ops.ones_like(largest))
+    return scale * ops.sqrt(ops.sum(ops.square(norms / scale)))
+
+
+def _same_dtype(values: list) -> list:
+    """`values` cast to float32 (float64 if any is) unless already all float32
+    or all float64."""
+    dtypes = {keras_backend.standardize_dtype(v.dtype) for v in values}
+    if len(dtypes) > 1 or dtypes - {"float32", "float64"}:
+        wide = "float64" if "float64" in dtypes else "float32"
+        values = [ops.cast(v, wide) for v in values]
+    return values
+
+
+def batched_global_norm(tensors: Sequence[Any]) -> tuple[Tensor, Tensor]:
+    """The L2 norm of all elements together, safe from overflow.
+
+    Usually the framework's own global norm (`tf.linalg.global_norm(tensors)`
+    bit for bit on TensorFlow), None skipped; a `tf.IndexedSlices` counts as
+    its dense tensor, duplicate indices summed (`tf.linalg.global_norm`
+    would count its values: another number when an index repeats); if that
+    is not finite, one conditional recomputes it scaled, in float64 (finite
+    float32 tensors can have a norm above float32's max; on JAX without
+    `jax_enable_x64`, in float32: such a norm is then inf). Shapes may be
+    known only at run time (TensorFlow).
+
+    Args:
+        tensors: Floating tensors; if of several or half-precision dtypes,
+            cast to float32 (float64 if any is) first.
+
+    Returns:
+        `(norm, all_finite)`: a float64 scalar (`backend.wide_float()`; the
+        value of the framework's global norm cast, also when NaN or Inf) and
+        whether every element is finite.
+
+    Example:
+
+    >>> import numpy as np
+    >>> norm, finite = batched_global_norm([np.array([3e30, 4e30], "f4")])
+    >>> round(float(norm) / 1e30, 4), bool(finite)  # squares above float32's max
+    (5.0, True)
+    """
+    values = [backend.densify(t) for t in tensors if t is not None]
+    wide = backend.wide_float()
+    if not values:
+        return ops.convert_to_tensor(0.0, wide), ops.convert_to_tensor(True)
+    values = _same_dtype(values)
+    fast = backend.global_norm(values)
+
+    def rescue() -> tuple[Tensor, Tensor]:
+        parts = [ops.reshape(v, [-1]) for v in values]
+        flat = ops.cast(ops.concatenate(parts, 0), wide)
+        finite = ops.isfinite(flat)
+        largest = ops.max(ops.where(finite, ops.abs(flat), 0.0), initial=0.0)
+        scale = ops.where(largest > 0, largest, 1.0)
+        norm = scale * ops.sqrt(ops.sum(ops.square(flat / scale)))
+        all_finite = ops.all(finite)
+        return ops.where(all_finite, norm, ops.cast(fast, wide)), all_finite
+
+    exact = (ops.cast(fast, wide), ops.convert_to_tensor(True))
+    return backend.cond(ops.isfinite(fast), lambda: exact, rescue)

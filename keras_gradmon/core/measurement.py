@@ -17,8 +17,8 @@ from keras_gradmon.columns import STATISTICS, TOTALS
 from keras_gradmon.core.batched import (
     batched_bucket_counts,
     batched_statistics,
+    combine_norms,
 )
-from keras_gradmon.core.norms import combine_norms
 
 _NAN = float("nan")
 

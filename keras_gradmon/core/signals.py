@@ -89,8 +89,8 @@ from typing import TYPE_CHECKING, Any
 from keras import ops
 
 from keras_gradmon import backend
+from keras_gradmon.core.batched import combine_norms
 from keras_gradmon.core.measurement import ClipOutcome
-from keras_gradmon.core.norms import combine_norms
 from keras_gradmon.validation import switch_option
 
 if TYPE_CHECKING:

@@ -10,12 +10,12 @@ from tests.jax.processes import run_python
 
 _COMPUTE = """
 import jax, jax.numpy as jnp
-from keras_gradmon.core import batched, histogram, norms
+from keras_gradmon.core import batched, histogram
 tensors = [jnp.asarray([3e30, 4e30, float("nan")]), jnp.zeros([5, 3])]
 jax.jit(batched.batched_statistics)(tensors).block_until_ready()
 jax.jit(lambda ts: batched.batched_bucket_counts(ts, 5))(tensors)
-jax.jit(norms.batched_global_norm)(tensors)
-histogram.bucket_counts(tensors[0], 3), norms.combine_norms(jnp.ones([2]))
+jax.jit(batched.batched_global_norm)(tensors)
+histogram.bucket_counts(tensors[0], 3), batched.combine_norms(jnp.ones([2]))
 """
 
 _BLOCKED = """

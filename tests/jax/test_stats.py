@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from keras import ops
 
 from keras_gradmon.columns import STATISTICS
-from keras_gradmon.core import batched, histogram, norms
+from keras_gradmon.core import batched, histogram
 from keras_gradmon.core import statistics as registry
 from tests.jax.cases import BUCKETS, NORM_CASES, as_dtype, held, statistic_cases
 from tests.jax.processes import run_python
@@ -155,27 +155,27 @@ def test_bucket_counts_of_values_near_float32_max():
 )
 def test_global_norm(values, expected, all_finite):
     tensors = [jnp.asarray(v, jnp.float32) for v in values]
-    norm, finite = jax.jit(norms.batched_global_norm)(tensors)
+    norm, finite = jax.jit(batched.batched_global_norm)(tensors)
     np.testing.assert_allclose(np.asarray(norm), expected, rtol=1e-6)
     assert bool(finite) == all_finite
 
 
 def test_global_norm_conventions():
-    norm, finite = norms.batched_global_norm([])
+    norm, finite = batched.batched_global_norm([])
     assert float(norm) == 0.0 and bool(finite)
     tensors = [None, jnp.asarray([3.0], jnp.float16), jnp.asarray([[4.0]])]
-    norm, finite = jax.jit(norms.batched_global_norm)(tensors)
+    norm, finite = jax.jit(batched.batched_global_norm)(tensors)
     assert float(norm) == 5.0 and bool(finite)
     # Without jax_enable_x64 the widest float is float32: this norm is inf.
-    norm, _ = norms.batched_global_norm([jnp.asarray([3e38, 3e38])])
+    norm, _ = batched.batched_global_norm([jnp.asarray([3e38, 3e38])])
     assert norm.dtype == jnp.float32 and np.isinf(norm)
 
 
 def test_combine_norms():
     values = np.array([3e30, 4e30, 0.0, 12e30], "f4")
-    got = jax.jit(norms.combine_norms)(jnp.asarray(values))
+    got = jax.jit(batched.combine_norms)(jnp.asarray(values))
     np.testing.assert_allclose(got, np.sqrt(np.sum(values.astype("f8") ** 2)), 1e-6)
-    assert float(norms.combine_norms(jnp.zeros([0]))) == 0.0
+    assert float(batched.combine_norms(jnp.zeros([0]))) == 0.0
 
 
 def _primitives(jaxpr, found: list) -> list:
@@ -223,7 +223,7 @@ def test_parity_with_tensorflow_backend(cases, tmp_path):
     counts, ranges = jax.jit(lambda ts: batched.batched_bucket_counts(ts, BUCKETS))(
         tensors
     )
-    norm, _ = jax.jit(norms.batched_global_norm)(
+    norm, _ = jax.jit(batched.batched_global_norm)(
         [as_dtype(n, cases[n], ops) for n in NORM_CASES]
     )
     with np.load(target) as data:

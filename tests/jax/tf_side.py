@@ -13,7 +13,7 @@ def main(source: str, target: str) -> None:
     """Computes what `test_stats.compute` does, on TensorFlow, eagerly."""
     from keras import ops
 
-    from keras_gradmon.core import batched, norms
+    from keras_gradmon.core import batched
     from tests.jax.cases import BUCKETS, NORM_CASES, as_dtype
 
     with np.load(source) as data:
@@ -21,7 +21,7 @@ def main(source: str, target: str) -> None:
     tensors = [as_dtype(name, v, ops) for name, v in cases.items()]
     counts, ranges = batched.batched_bucket_counts(tensors, BUCKETS)
     values = [as_dtype(n, cases[n], ops) for n in NORM_CASES]
-    norm, _ = norms.batched_global_norm(values)
+    norm, _ = batched.batched_global_norm(values)
     np.savez(
         target,
         rows=np.asarray(batched.batched_statistics(tensors)),

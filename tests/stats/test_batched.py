@@ -7,15 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keras_gradmon.columns import STATISTICS
-from keras_gradmon.core import batched, histogram, norms
+from keras_gradmon.core import batched, histogram
 from keras_gradmon.core import statistics as registry
 from keras_gradmon.core.batched import (
     batched_bucket_counts,
+    batched_global_norm,
     batched_statistics,
     stack_statistics,
 )
 from keras_gradmon.core.histogram import bucket_counts
-from keras_gradmon.core.norms import batched_global_norm
 from tests.conftest import compile_fn
 from tests.reference import assert_rows_close, flush_subnormals, hard_cases
 from tests.strategies import arrays
@@ -228,8 +228,8 @@ def test_global_norm_conventions():
         batched.stack_statistics,
         batched.tensor_statistics,
         histogram.bucket_counts,
-        norms.batched_global_norm,
-        norms.combine_norms,
+        batched.batched_global_norm,
+        batched.combine_norms,
     ],
     ids=lambda f: f.__name__,
 )

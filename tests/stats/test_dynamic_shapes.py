@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from keras_gradmon.columns import STATISTICS
 from keras_gradmon.core.batched import (
     batched_bucket_counts,
+    batched_global_norm,
     batched_statistics,
     dynamic_layout,
     static_layout,
 )
 from keras_gradmon.core.histogram import bucket_counts
-from keras_gradmon.core.norms import batched_global_norm
 from tests.reference import (
     assert_statistics_close,
     reference_histogram,

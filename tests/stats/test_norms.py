@@ -3,7 +3,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from keras_gradmon.core.norms import combine_norms
+from keras_gradmon.core.batched import combine_norms
 from tests.conftest import compile_fn
 from tests.reference import flush_subnormals
 

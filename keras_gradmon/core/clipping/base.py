@@ -37,7 +37,7 @@ from keras import ops
 
 from keras_gradmon import backend
 from keras_gradmon.backend import Tensor
-from keras_gradmon.core.norms import batched_global_norm
+from keras_gradmon.core.batched import batched_global_norm
 
 
 def _sparse() -> ModuleType | None:
