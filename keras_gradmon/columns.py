@@ -552,10 +552,6 @@ class Snapshot:
         return self.field("groups")[:, 0]
 
     @property
-    def group_weight_norm(self) -> np.ndarray:
-        return self.field("groups")[:, 1]
-
-    @property
     def totals(self) -> dict[str, float]:
         """`{name: value}` for each name in `TOTALS`."""
         return dict(zip(TOTALS, self.field("totals").tolist()))

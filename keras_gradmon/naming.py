@@ -118,19 +118,6 @@ _NOT_A_SCOPE = re.compile(r"[^A-Za-z0-9_.\-]+")
 _MOST_ROOTS = 3
 
 
-def stable_segments(path: str) -> list[str]:
-    """The segments of a variable path without Keras uid counters (`dense_3`
-    becomes `dense`), so that they do not change when the model is built
-    again in the same process.
-
-    Example:
-
-    >>> stable_segments("sequential_2/dense_7/kernel")
-    ['sequential', 'dense', 'kernel']
-    """
-    return [_UID_SUFFIX.sub("", segment) for segment in path.split("/")]
-
-
 def derived_scope(paths: Sequence[str]) -> str:
     """The tag scope of an unnamed monitored optimizer, from what it trains.
 
@@ -140,7 +127,7 @@ def derived_scope(paths: Sequence[str]) -> str:
     when they share none, their distinct first segments joined by `-`, in
     the order of the variables (more than three: the first and
     `-and-<N>-more`). Keras uid counters are dropped from the segments
-    (`sequential_1` becomes `sequential`, see `stable_segments`), and
+    (`sequential_1` becomes `sequential`), and
     characters a scope cannot hold become `_`. It depends on names only, so
     it is the same from run to run, and when a model is built again.
 

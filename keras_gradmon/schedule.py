@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from keras_gradmon.validation import fail
+
 #: Steps above this are rejected: the step is an int64 tensor in the graph.
 MAX_STEP = 2**63 - 1
 #: `any_due` evaluates a callable frequency step by step over at most this
@@ -22,10 +24,6 @@ MAX_STEP = 2**63 - 1
 _CALLABLE_SCAN_LIMIT = 4096
 
 Frequency = int | Callable[[Any], Any]
-
-
-def _fail(name: str, requirement: str, value: object) -> ValueError:
-    return ValueError(f"`{name}` {requirement}. Received: {name}={value!r}")
 
 
 def _positional_arity_ok(fn: Callable) -> bool:
@@ -65,15 +63,15 @@ or a callable from the step to a boolean. Received: every_n_steps=0
     )
     if callable(value):
         if not _positional_arity_ok(value):
-            raise _fail(
+            raise fail(
                 name, "must be callable with exactly one argument (the step)", value
             )
         _check_callable_result(name, value)
         return value
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(name, requirement, value)
+        raise fail(name, requirement, value)
     if not 1 <= value <= MAX_STEP:
-        raise _fail(name, requirement, value)
+        raise fail(name, requirement, value)
     return value
 
 

@@ -19,8 +19,23 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 
+def fail(
+    name: str, requirement: str, value: object, shown: str | None = None
+) -> ValueError:
+    """The house error for an argument: "`name` must be ... Received:
+    name=value" (`shown`: how the message's first mention names it, e.g.
+    an item of a mapping).
+
+    Example:
+
+    >>> fail("window", "must be an integer >= 2", 1)
+    ValueError('`window` must be an integer >= 2. Received: window=1')
+    """
+    return ValueError(f"`{shown or name}` {requirement}. Received: {name}={value!r}")
+
+
 def _fail(name: str, requirement: str, value: object) -> ValueError:
-    return ValueError(f"`{name}` must be {requirement}. Received: {name}={value!r}")
+    return fail(name, f"must be {requirement}", value)
 
 
 def _is_real(value: object) -> bool:

@@ -16,14 +16,11 @@ from typing import Any
 from keras_gradmon.columns import STATISTICS
 from keras_gradmon.naming import check_groups
 from keras_gradmon.schedule import Frequency, check_frequency
+from keras_gradmon.validation import fail
 
 
 def _is_positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _fail(name: str, requirement: str, value: object) -> None:
-    raise ValueError(f"`{name}` {requirement}. Received: {name}={value!r}")
 
 
 def check_tag_scope(value: object) -> None:
@@ -36,7 +33,7 @@ def check_tag_scope(value: object) -> None:
     if value is not None and (
         not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", value)
     ):
-        _fail(
+        raise fail(
             "tag_scope",
             "must be None or a non-empty string of letters, digits, '_', '.' or '-'",
             value,
@@ -52,7 +49,8 @@ def check_statistics(value: object) -> tuple[str, ...]:
     ('norm', 'mean')
     """
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        _fail("statistics", f"must be a list of names from {list(STATISTICS)}", value)
+        names = list(STATISTICS)
+        raise fail("statistics", f"must be a list of names from {names}", value)
     unknown = [name for name in value if name not in STATISTICS]
     if unknown:
         raise ValueError(
@@ -74,11 +72,12 @@ def check_clipping(clipping: Any) -> dict | None:
     if clipping is None:
         return None
     if not isinstance(clipping, Mapping) or "method" not in clipping:
-        _fail("clipping", 'must be None or a mapping with a "method" key', clipping)
+        requirement = 'must be None or a mapping with a "method" key'
+        raise fail("clipping", requirement, clipping)
     options = dict(clipping)
     enabled = options.pop("enabled", True)
     if not isinstance(enabled, bool):
-        _fail("clipping['enabled']", "must be a bool", enabled)
+        raise fail("clipping['enabled']", "must be a bool", enabled)
     from keras_gradmon.core.clipping import make_clip_rule
 
     try:
@@ -290,7 +289,7 @@ class MonitorConfig:
                 "histogram_every_n_steps", self.histogram_every_n_steps
             )
         if not _is_positive_int(self.histogram_buckets):
-            _fail(
+            raise fail(
                 "histogram_buckets",
                 "must be a positive integer",
                 self.histogram_buckets,
@@ -299,13 +298,14 @@ class MonitorConfig:
         bools = ("weight_statistics", "per_variable", "skip_nonfinite")
         for name in (*bools, "update_statistics", "track_spikes"):
             if not isinstance(getattr(self, name), bool):
-                _fail(name, "must be a bool", getattr(self, name))
+                raise fail(name, "must be a bool", getattr(self, name))
         self._validate_groups()
         self._validate_clipping()
         self._validate_signals()
         check_tag_scope(self.tag_scope)
         if not _is_positive_int(self.summary_history):
-            _fail("summary_history", "must be a positive integer", self.summary_history)
+            history = self.summary_history
+            raise fail("summary_history", "must be a positive integer", history)
 
     @staticmethod
     def _validate_frequency(name: str, value: object) -> None:
@@ -403,12 +403,7 @@ class MonitorConfig:
             raise ValueError(
                 f"A monitor config must be a mapping. Received: {options!r}"
             )
-        unknown = sorted(set(options) - set(cls.field_names()))
-        if unknown:
-            raise ValueError(
-                f"Unknown monitor option(s) {unknown}. Valid options: "
-                f"{list(cls.field_names())}."
-            )
+        cls._check_known(options)
         return cls(**options)
 
     @classmethod
@@ -483,13 +478,18 @@ class MonitorConfig:
 
     def replace(self, **changes: Any) -> MonitorConfig:
         """A copy with some options changed (validated like the original)."""
-        unknown = sorted(set(changes) - set(self.field_names()))
+        self._check_known(changes)
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def _check_known(cls, options: Mapping[str, Any]) -> None:
+        """Refuses a name that is no option, listing the options."""
+        unknown = sorted(set(options) - set(cls.field_names()))
         if unknown:
             raise ValueError(
                 f"Unknown monitor option(s) {unknown}. Valid options: "
-                f"{list(self.field_names())}."
+                f"{list(cls.field_names())}."
             )
-        return dataclasses.replace(self, **changes)
 
 
 #: The options of each `MonitorConfig.preset`.

@@ -127,10 +127,13 @@ class Processed:
 def statistics_matrices(
     parts: Sequence[Mapping[int, Tensor]], rows: int, names: Sequence[str]
 ) -> list[Tensor]:
-    """`statistics_matrix` of each of `parts` (the gradients, the weights),
-    all computed in one batched program: its size does not grow with the
-    number of tensors, so one call costs about half of two at trace and
-    run time."""
+    """For each of `parts` (the gradients, the weights): `[rows,
+    len(STATISTICS) + 1]`, the statistics of `part[i]` in row `i` and a
+    last column of 1 (rows without a tensor are NaN with a 0), all computed
+    in one batched program: its size does not grow with the number of
+    tensors, so one call costs about half of two at trace and run time. The
+    norm and the non-finite count are always computed (they feed the group
+    and global numbers); the other statistics only when in `names`."""
     names = sorted({"norm", "nonfinite", *names}, key=STATISTICS.index)
     orders = [sorted(part) for part in parts]
     tensors = [part[i] for part, order in zip(parts, orders) for i in order]
@@ -141,18 +144,6 @@ def statistics_matrices(
         matrices.append(_placed_statistics(rows_of_part, order, rows))
         start += len(order)
     return matrices
-
-
-def statistics_matrix(
-    tensors: Mapping[int, Tensor], rows: int, names: Sequence[str]
-) -> Tensor:
-    """`[rows, len(STATISTICS) + 1]`: the statistics of `tensors[i]` in row
-    `i` and a last column of 1; rows without a tensor are NaN with a 0.
-
-    The norm and the non-finite count are always computed (they feed the
-    group and global numbers); the other statistics only when in `names`.
-    """
-    return statistics_matrices([tensors], rows, names)[0]
 
 
 def _placed_statistics(computed: Tensor, order: list[int], rows: int) -> Tensor:

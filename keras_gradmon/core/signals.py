@@ -91,7 +91,7 @@ from keras import ops
 from keras_gradmon import backend
 from keras_gradmon.core.batched import combine_norms
 from keras_gradmon.core.measurement import ClipOutcome
-from keras_gradmon.validation import switch_option
+from keras_gradmon.validation import fail, switch_option
 
 if TYPE_CHECKING:
     from keras_gradmon.core.noise_scale import MicroBatches, Replicas
@@ -157,6 +157,10 @@ NORMS, SEEN, SKIPPED = "skipspikes_norms", "skipspikes_seen", "skipspikes_skippe
 _RELATIVE_FLOOR = 1e-3
 
 
+def _spike_error(name: str, requirement: str, value: object) -> ValueError:
+    return fail(name, requirement, value, shown=f"skip_spikes['{name}']")
+
+
 @dataclasses.dataclass(frozen=True)
 class SpikeSkipper:
     """Decides, per step, whether the global norm is a spike to skip.
@@ -175,12 +179,13 @@ class SpikeSkipper:
     def __post_init__(self) -> None:
         z = self.z_threshold
         if isinstance(z, bool) or not isinstance(z, (int, float)) or not z > 0:
-            _fail("z_threshold", "must be a number > 0", z)
+            raise _spike_error("z_threshold", "must be a number > 0", z)
         if not _is_int(self.window) or self.window < 2:
-            _fail("window", "must be an integer >= 2", self.window)
+            raise _spike_error("window", "must be an integer >= 2", self.window)
         history = self.min_history
         if not _is_int(history) or not 2 <= history <= self.window:
-            _fail("min_history", f"must be an integer in [2, {self.window}]", history)
+            requirement = f"must be an integer in [2, {self.window}]"
+            raise _spike_error("min_history", requirement, history)
 
     @classmethod
     def from_option(cls, value: Any) -> SpikeSkipper | None:
@@ -238,12 +243,6 @@ class SpikeSkipper:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _fail(name: str, requirement: str, value: object) -> None:
-    raise ValueError(
-        f"`skip_spikes['{name}']` {requirement}. Received: {name}={value!r}"
-    )
 
 
 _NAN = float("nan")
