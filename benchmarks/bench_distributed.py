@@ -10,7 +10,7 @@ replica live on the other's device), wrapped or not.
 
   A        plain `model.fit`, Adam(1e-3), under the strategy: the baseline.
   B        GradientMonitorOptimizer(every_n_steps=1, no histograms) +
-           GradientSummaryCallback.                          Target <= 1.05x.
+           GradientMonitorCallback.                          Target <= 1.05x.
   B-no-cb  B without the callback (in-step cost only).
   B-econ   B with MonitorConfig.preset("economy"): gradient norms and
            non-finite counts only, no weight statistics.
@@ -51,12 +51,12 @@ from bench_keras import (  # noqa: E402
 )
 
 from keras_gradmon import (  # noqa: E402
+    GradientMonitorCallback,
     GradientMonitorOptimizer,
-    GradientSummaryCallback,
     MonitorConfig,
 )
 
-# name: (GradientMonitorOptimizer options or None, with GradientSummaryCallback)
+# name: (GradientMonitorOptimizer options or None, with GradientMonitorCallback)
 VARIANTS = {
     "A": (None, False),
     "B": ({"every_n_steps": 1, "histogram_every_n_steps": None}, True),
@@ -81,7 +81,7 @@ def epoch_runner(strategy, variant: str, spec, x, y, log_dir: str):
             keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             jit_compile=False,
         )
-    callbacks = [GradientSummaryCallback(log_dir)] if with_callback else []
+    callbacks = [GradientMonitorCallback(log_dir, alerts=False)] if with_callback else []
 
     def one_epoch() -> None:
         model.fit(x, y, batch_size=spec.batch, epochs=1, verbose=0, callbacks=callbacks)

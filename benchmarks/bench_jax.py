@@ -4,7 +4,7 @@ Times epochs of `model.fit` (`--steps` steps each, 256 by default) of the
 MLP 64-512-512-10 (`_models.py`) for each variant, interleaved:
 
   A        plain `model.fit`, Adam(1e-3): the baseline (JAX jit, XLA).
-  B        statistics every step (no histograms) + GradientSummaryCallback.
+  B        statistics every step (no histograms) + GradientMonitorCallback.
                                                              Target <= 1.30x.
   B-no-cb  B without the callback (the in-step cost).
   C        every 100 steps, + callback.                      Target <= 1.02x.
@@ -36,7 +36,7 @@ from _signals import HUNDRED, SIGNAL_TARGETS, SIGNAL_VARIANTS, make_optimizer
 from _timing import cpu_count, format_table, interleaved_times, summarize
 
 import keras_gradmon
-from keras_gradmon import GradientSummaryCallback
+from keras_gradmon import GradientMonitorCallback
 
 EVERY = {"every_n_steps": 1, "histogram_every_n_steps": None}
 VARIANTS = {
@@ -55,7 +55,7 @@ def fitter(variant: str, x, y, log_dir: str, batch: int):
     """A fresh compiled MLP of `variant` and a one-epoch fit of it."""
     options, with_callback = VARIANTS[variant]
     optimizer = make_optimizer(options)
-    callbacks = [GradientSummaryCallback(log_dir)] if with_callback else []
+    callbacks = [GradientMonitorCallback(log_dir, alerts=False)] if with_callback else []
     keras.utils.set_random_seed(0)
     model = MODELS["mlp"].build()
     model.compile(

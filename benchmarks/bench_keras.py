@@ -6,7 +6,7 @@ LSTM/GRU model, ResNet50V2 at 32x32) it times epochs of `model.fit`
 (`--steps` steps each, 256 by default) for each variant:
 
   A        plain `model.fit`, Adam(1e-3), jit_compile=True: the baseline.
-  B        statistics every step (no histograms) + GradientSummaryCallback.
+  B        statistics every step (no histograms) + GradientMonitorCallback.
                                                              Target <= 1.30x.
   B-no-cb  B without the callback (the in-step cost).        Target <= 1.25x.
   B-econ   `preset("economy")` every step + callback.        Target <= 1.12x.
@@ -54,12 +54,12 @@ from _timing import cpu_count, format_table, interleaved_times, summarize
 
 import keras_gradmon
 from keras_gradmon import (
-    GradientSummaryCallback,
+    GradientMonitorCallback,
     MonitorConfig,
 )
 
 EVERY = {"every_n_steps": 1, "histogram_every_n_steps": None}
-# name: (GradientMonitorOptimizer options or None, with GradientSummaryCallback)
+# name: (GradientMonitorOptimizer options or None, with GradientMonitorCallback)
 VARIANTS = {
     "A": (None, False),
     "B": (EVERY, True),
@@ -113,7 +113,7 @@ def epoch_runner(variant: str, spec: Spec, x, y, log_dir: str):
     """Builds and compiles the model of `variant`; returns a one-epoch callable."""
     options, with_callback = VARIANTS[variant]
     optimizer = make_optimizer(options)
-    callbacks = [GradientSummaryCallback(log_dir)] if with_callback else []
+    callbacks = [GradientMonitorCallback(log_dir, alerts=False)] if with_callback else []
     hand_logged = variant == "E"
     model = _model(variant, spec)
     model.compile(

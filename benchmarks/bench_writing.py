@@ -1,6 +1,6 @@
 """Time the training thread spends on writing, per summary step.
 
-`GradientSummaryCallback.on_train_batch_end` is what the training thread
+`GradientMonitorCallback.on_train_batch_end` is what the training thread
 runs after every step: when a summary is due it captures the statistics
 (two raw variable reads) and queues them; a worker thread reads them back
 and writes them. This script times each call of it during `model.fit`
@@ -34,7 +34,7 @@ import keras
 import numpy as np
 from _models import MODELS
 
-from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
+from keras_gradmon import GradientMonitorCallback, GradientMonitorOptimizer
 
 VARIANTS = {
     "scalars": {"every_n_steps": 1, "histogram_every_n_steps": None},
@@ -43,9 +43,9 @@ VARIANTS = {
 TARGET_US = 200.0
 
 
-def timed_callback(log_dir: str) -> tuple[GradientSummaryCallback, list[float]]:
+def timed_callback(log_dir: str) -> tuple[GradientMonitorCallback, list[float]]:
     """The callback, its `on_train_batch_end` timed into the returned list."""
-    callback = GradientSummaryCallback(log_dir)
+    callback = GradientMonitorCallback(log_dir, alerts=False)
     times: list[float] = []
     batch_end = callback.on_train_batch_end
 

@@ -80,8 +80,7 @@ def build(variant: str, log_dir: str, probe: np.ndarray) -> tuple:
         )
     if variant == "all":
         callbacks = [
-            keras_gradmon.GradientSummaryCallback(log_dir),
-            keras_gradmon.GradientAlertCallback(log_dir=log_dir),
+            keras_gradmon.GradientMonitorCallback(log_dir),
             keras_gradmon.ActivationMonitorCallback(
                 probe, log_dir=os.path.join(log_dir, "activations"), every_n_steps=100
             ),

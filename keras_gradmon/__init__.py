@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.watch import Watch, watch, wrap, write_summaries  # noqa: F401
     from keras_gradmon.wrapping import MonitoredOptimizer  # noqa: F401
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 #: The public names, imported on first use: the common job (`watch`), the
 #: wrapper, the callbacks and monitors, their options, the custom loop's

@@ -153,7 +153,7 @@ def progress_safe_logging(
 
     ```python
     with progress_safe_logging():
-        model.fit(x, y, callbacks=[keras_gradmon.GradientAlertCallback()])
+        model.fit(x, y, callbacks=[keras_gradmon.GradientMonitorCallback()])
     ```
     """
     if isinstance(sys.stdout, LineTrackingStream):
