@@ -81,7 +81,8 @@ def epoch_runner(strategy, variant: str, spec, x, y, log_dir: str):
             keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             jit_compile=False,
         )
-    callbacks = [GradientMonitorCallback(log_dir, alerts=False)] if with_callback else []
+    callback = GradientMonitorCallback(log_dir, alerts=False)
+    callbacks = [callback] if with_callback else []
 
     def one_epoch() -> None:
         model.fit(x, y, batch_size=spec.batch, epochs=1, verbose=0, callbacks=callbacks)

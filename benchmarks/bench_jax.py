@@ -55,7 +55,8 @@ def fitter(variant: str, x, y, log_dir: str, batch: int):
     """A fresh compiled MLP of `variant` and a one-epoch fit of it."""
     options, with_callback = VARIANTS[variant]
     optimizer = make_optimizer(options)
-    callbacks = [GradientMonitorCallback(log_dir, alerts=False)] if with_callback else []
+    callback = GradientMonitorCallback(log_dir, alerts=False)
+    callbacks = [callback] if with_callback else []
     keras.utils.set_random_seed(0)
     model = MODELS["mlp"].build()
     model.compile(

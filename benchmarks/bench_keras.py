@@ -113,7 +113,8 @@ def epoch_runner(variant: str, spec: Spec, x, y, log_dir: str):
     """Builds and compiles the model of `variant`; returns a one-epoch callable."""
     options, with_callback = VARIANTS[variant]
     optimizer = make_optimizer(options)
-    callbacks = [GradientMonitorCallback(log_dir, alerts=False)] if with_callback else []
+    callback = GradientMonitorCallback(log_dir, alerts=False)
+    callbacks = [callback] if with_callback else []
     hand_logged = variant == "E"
     model = _model(variant, spec)
     model.compile(
