@@ -106,6 +106,26 @@ class Watch(list):
         self.hub.close()
 
 
+def _flattened_by_keras(cls: type) -> None:
+    """Has Keras's tree utility flatten `cls` (a list) into its items, as
+    `fit(callbacks=...)` flattens its argument: to optree, which Keras 3
+    uses, a list subclass is one leaf (which `fit` would then call as a
+    callback) unless registered. (dm-tree flattens any sequence.)"""
+    try:
+        import optree
+    except ImportError:
+        return
+    optree.register_pytree_node(
+        cls,
+        lambda watched: (list(watched), None),
+        lambda _, callbacks: list(callbacks),
+        namespace="keras",
+    )
+
+
+_flattened_by_keras(Watch)
+
+
 def watch(
     target: Any,
     log_dir: str | os.PathLike | None = None,
