@@ -96,6 +96,26 @@ class Watch(list):
         return fresh
 
     @property
+    def async_safe(self) -> bool:
+        """Whether Keras may run these callbacks' batch-end hooks on a
+        worker thread: `fit` asks it of each item of `callbacks=[...]`, a
+        Watch among them, before flattening them (on JAX)."""
+        import keras
+
+        base = keras.callbacks.Callback
+        hooks = (
+            "on_batch_end",
+            "on_train_batch_end",
+            "on_test_batch_end",
+            "on_predict_batch_end",
+        )
+        return all(
+            getattr(callback, "async_safe", False)
+            or all(getattr(type(callback), h) is getattr(base, h) for h in hooks)
+            for callback in self
+        )
+
+    @property
     def stop_requested(self) -> bool:
         """Whether an alert whose action is "stop" fired (`write()`)."""
         return any(checker.stop_requested for checker in self._checkers)
