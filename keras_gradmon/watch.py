@@ -18,9 +18,9 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from keras_gradmon.alerts.delivery import AlertChecker, AlertOptions
+from keras_gradmon.alerts.delivery import ALERT_FIELDS, AlertChecker, AlertOptions
 from keras_gradmon.alerts.events import Alert
-from keras_gradmon.core.config import MonitorConfig
+from keras_gradmon.core.config import MonitorConfig, read_section
 from keras_gradmon.hub import Hub
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 from keras_gradmon.wrapping import (
@@ -248,7 +248,7 @@ def _watch_model(
         GradientMonitorCallback(hub=hub, alerts=alerts is not None and alerts)
     ]
     if activations is not None:
-        section = file if _is_file(file) else None
+        section, activation_alerts = _activation_section(file, alerts)
         data, chosen = activations, section
         if isinstance(activations, Mapping) or type(activations).__name__ == (
             "ActivationOptions"
@@ -256,10 +256,25 @@ def _watch_model(
             data, chosen = None, activations
         callbacks.append(
             ActivationMonitorCallback(
-                data, config=chosen, alerts=alerts is not None and alerts, hub=hub
+                data, config=chosen, alerts=activation_alerts, hub=hub
             )
         )
     return Watch(callbacks, [optimizer], hub)
+
+
+def _activation_section(
+    file: Any, alerts: AlertOptions | None
+) -> tuple[dict | None, AlertOptions | bool]:
+    """The config file's `activations` section (None without a file) and the
+    activation monitor's alert options: `alerts`, with the alert fields the
+    section sets itself on top (False for no alerts: those are dropped)."""
+    if not _is_file(file):
+        return None, alerts is not None and alerts
+    section = dict(read_section(os.fspath(file), "activations"))
+    own = {name: section.pop(name) for name in ALERT_FIELDS if name in section}
+    if alerts is None:
+        return section, False
+    return section, AlertOptions.of({**alerts.fields(), **own})
 
 
 def _model_optimizer(model: Any, config: MonitorConfig) -> MonitoredOptimizer:
