@@ -183,22 +183,31 @@ def test_a_config_file_sets_the_monitor_and_the_alerts(tmp_path):
         yaml.safe_dump(
             {
                 "monitor": {"every_n_steps": 2, "histogram_every_n_steps": None},
-                "alerts": {"actions": {"critical": "stop"}},
+                "alerts": {"actions": {"critical": "stop"}, "fold_steps": 7},
+                # Its own alert field on top of the `alerts` section.
+                "activations": {"every_n_steps": 3, "actions": {"critical": "log"}},
             }
         )
     )
     x, y = data(n=128)
     x[64:80] = np.nan  # batch 4 of 8: step 4, a due step
     model = _compiled(keras.optimizers.SGD(0.05))
-    callbacks = keras_gradmon.watch(model, str(tmp_path / "logs"), config=str(path))
+    callbacks = keras_gradmon.watch(
+        model, str(tmp_path / "logs"), config=str(path), activations=x[:16]
+    )
     batches = _Batches()
     _fit(model, x, y, [*callbacks, batches], epochs=1)
     assert model.optimizer.monitor.config.every_n_steps == 2
+    activation_options = callbacks[1].monitor.options
+    assert activation_options.every_n_steps == 3
+    assert activation_options.actions == {"critical": "log"}
+    assert activation_options.fold_steps == 7
     assert batches.seen == [0, 1, 2, 3, 4]  # stopped at the batch that fired
     events = load_events(str(tmp_path / "logs"))
     assert scalar_series(events, "grad_norm/global").keys() == {0, 2, 4}
     assert scalar_series(events, "alerts/nonfinite") == {0: 0.0, 2: 0.0, 4: 1.0}
-    assert not [t for t in events.Tags()["tensors"] if "_hist/" in t]
+    assert not [t for t in events.Tags()["tensors"] if t.startswith("grad_hist/")]
+    assert scalar_series(events, "activation_std/hidden").keys() == {0, 3}
     assert [(a.rule, a.tier, a.step) for a in callbacks.alerts][:1] == [
         ("nonfinite", "critical", 4)
     ]
