@@ -248,12 +248,7 @@ def _watch_model(
         GradientMonitorCallback(hub=hub, alerts=alerts is not None and alerts)
     ]
     if activations is not None:
-        section, activation_alerts = _activation_section(file, alerts)
-        data, chosen = activations, section
-        if isinstance(activations, Mapping) or type(activations).__name__ == (
-            "ActivationOptions"
-        ):
-            data, chosen = None, activations
+        data, chosen, activation_alerts = _activation_options(activations, file, alerts)
         callbacks.append(
             ActivationMonitorCallback(
                 data, config=chosen, alerts=activation_alerts, hub=hub
@@ -262,19 +257,36 @@ def _watch_model(
     return Watch(callbacks, [optimizer], hub)
 
 
-def _activation_section(
-    file: Any, alerts: AlertOptions | None
-) -> tuple[dict | None, AlertOptions | bool]:
-    """The config file's `activations` section (None without a file) and the
-    activation monitor's alert options: `alerts`, with the alert fields the
-    section sets itself on top (False for no alerts: those are dropped)."""
-    if not _is_file(file):
-        return None, alerts is not None and alerts
-    section = dict(read_section(os.fspath(file), "activations"))
-    own = {name: section.pop(name) for name in ALERT_FIELDS if name in section}
+def _activation_options(
+    activations: Any, file: Any, alerts: AlertOptions | None
+) -> tuple[Any, Any, AlertOptions | bool]:
+    """The activation callback's probe batch, config and alerts: `activations`
+    (a probe batch, with the config file's `activations` section; or an
+    `ActivationOptions` or dict holding one); the alerts are `alerts` but
+    its rules (the gradients'), with the alert fields the activation options
+    set themselves on top (an `ActivationOptions`: those that are not the
+    defaults); alerts=False drops them."""
+    from keras_gradmon.activations.monitor import ActivationOptions
+
+    data, config = None, activations
+    if isinstance(activations, ActivationOptions):
+        defaults = AlertOptions()
+        own = {
+            name: getattr(activations, name)
+            for name in ALERT_FIELDS
+            if getattr(activations, name) != getattr(defaults, name)
+        }
+    else:
+        if not isinstance(activations, Mapping):
+            data, config = activations, {}
+            if _is_file(file):
+                config = read_section(os.fspath(file), "activations")
+        config = dict(config)
+        own = {name: config.pop(name) for name in ALERT_FIELDS if name in config}
     if alerts is None:
-        return section, False
-    return section, AlertOptions.of({**alerts.fields(), **own})
+        return data, config, False
+    shared = {**alerts.fields(), "rules": None}  # None: the activation rules
+    return data, config, AlertOptions.of({**shared, **own})
 
 
 def _model_optimizer(model: Any, config: MonitorConfig) -> MonitoredOptimizer:
