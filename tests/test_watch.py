@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import keras_gradmon
-from keras_gradmon import GradientMonitorOptimizer
+from keras_gradmon import ActivationOptions, AlertOptions, GradientMonitorOptimizer
+from keras_gradmon.alerts import ThresholdRule
 from tests.helpers import LOSS, data, gradients, mlp
 from tests.reference import load_events, scalar_series
 
@@ -211,6 +212,35 @@ def test_a_config_file_sets_the_monitor_and_the_alerts(tmp_path):
     assert [(a.rule, a.tier, a.step) for a in callbacks.alerts][:1] == [
         ("nonfinite", "critical", 4)
     ]
+
+
+def _activation_monitor(activations, alerts):
+    """The activation monitor `watch` sets up for `activations`, `alerts`."""
+    model = _compiled(keras.optimizers.SGD(0.05))
+    callbacks = keras_gradmon.watch(model, activations=activations, alerts=alerts)
+    callbacks[1].set_model(model)
+    return callbacks[1].monitor
+
+
+def test_activation_options_keep_their_own_alert_fields():
+    probe = data(n=16)[0]
+    alerts = AlertOptions(actions={"critical": "stop"}, cooldown_steps=5)
+    given = ActivationOptions(data=probe, actions={"critical": "raise"}, fold_steps=3)
+    for activations in (given, {"data": probe, "actions": {"critical": "raise"}}):
+        options = _activation_monitor(activations, alerts).options
+        assert options.actions == {"critical": "raise"}  # its own
+        assert options.cooldown_steps == 5  # the shared alerts'
+    assert options.fold_steps == 100
+    assert _activation_monitor(given, alerts).options.fold_steps == 3
+
+
+def test_the_gradient_rules_are_not_the_activation_rules():
+    probe = data(n=16)[0]
+    alerts = AlertOptions(rules={"explosion": ThresholdRule(warning=1.0)})
+    monitor = _activation_monitor(probe, alerts)
+    assert set(monitor.engine.rules) == {"activation_std", "dead_units"}
+    off = _activation_monitor({"data": probe, "actions": {"critical": "raise"}}, False)
+    assert dict(off.engine.rules) == {}
 
 
 def test_an_uncompiled_model_is_refused():
