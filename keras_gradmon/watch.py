@@ -18,6 +18,8 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from keras_gradmon.alerts.delivery import ALERT_FIELDS, AlertChecker, AlertOptions
 from keras_gradmon.alerts.events import Alert
 from keras_gradmon.core.config import MonitorConfig, read_section
@@ -319,11 +321,15 @@ def _model_optimizer(model: Any, config: MonitorConfig) -> MonitoredOptimizer:
 
 def _check_fresh(optimizer: Any, argument: str) -> None:
     """Refuses an optimizer that holds state already: its train function was
-    traced with it, and its slots would not be the wrapper's."""
+    traced with it, and its slots would not be the wrapper's. (A tf_keras
+    optimizer has no `built`; its `_iterations` counts its steps, read
+    without creating it: a legacy one makes it on first read.)"""
     variables = getattr(optimizer, "variables", [])
     variables = variables() if callable(variables) else variables
     built = getattr(optimizer, "built", False) and len(variables) > 1
-    if built or getattr(optimizer, "_slots", None):
+    iterations = getattr(optimizer, "_iterations", None)
+    stepped = iterations is not None and int(np.asarray(iterations)) > 0
+    if built or stepped or getattr(optimizer, "_slots", None):
         raise ValueError(
             f"`{argument}` has trained already (it holds state): call "
             "keras_gradmon.watch before the first train step, or wrap the "
