@@ -14,6 +14,7 @@ from keras_gradmon import RLHealthMonitor, RLOptions
 from keras_gradmon.wrapping import MonitoredOptimizer
 from tests.agents.helpers import (
     AGENT_CASES,
+    OPTIMIZER_KINDS,
     build_case_agent,
     case_batch,
     loss_gradients,
@@ -98,3 +99,31 @@ def test_rl_health_monitor_options_keyword_is_deprecated_and_works(tmp_path):
     monitor.close()
     events = load_events(str(tmp_path))
     assert scalar_series(events, "rl/eval/return_mean") == {100: 190.0}
+
+
+@pytest.mark.parametrize("kind", sorted(OPTIMIZER_KINDS))
+def test_a_fresh_agent_of_every_optimizer_kind_is_watched(kind, tmp_path):
+    case = AGENT_CASES["DqnAgent"]
+    agent = build_case_agent(case, kind)
+    inner = agent._optimizer
+    watched = keras_gradmon.watch(agent, str(tmp_path), every_n_steps=1)
+    assert agent._optimizer.inner_optimizer is inner
+    agent.train(case_batch(case, agent, seed=0))
+    assert watched.write()
+    watched.close()
+    norms = scalar_series(load_events(str(tmp_path)), "grad_norm/global")
+    assert norms.keys() == {0} and np.isfinite(norms[0]) and norms[0] > 0
+
+
+@pytest.mark.parametrize("kind", sorted(OPTIMIZER_KINDS))
+def test_an_agent_whose_optimizer_trained_already_is_refused(kind):
+    case = AGENT_CASES["DqnAgent"]
+    agent = build_case_agent(case, kind)
+    inner = agent._optimizer
+    agent.train(case_batch(case, agent, seed=0))
+    with pytest.raises(ValueError) as raised:
+        keras_gradmon.watch(agent)
+    message = str(raised.value)
+    assert message.startswith("`agent.optimizer` has trained already")
+    assert f"Received: agent.optimizer={inner!r}" in message
+    assert agent._optimizer is inner
