@@ -720,8 +720,15 @@ class GradientAlertCallback(GradientMonitorCallback):
             max_per_rule=max_per_rule,
             fold_steps=fold_steps,
         )
+        # Only the alerts: the norm is not its to put into Keras's logs
+        # (where it would be NaN, its own logs recorder reading nothing).
         super().__init__(
-            log_dir, alerts=alerts, optimizer=optimizer, writer=writer, hub=hub
+            log_dir,
+            alerts=alerts,
+            optimizer=optimizer,
+            writer=writer,
+            hub=hub,
+            logs_key=None,
         )
 
 

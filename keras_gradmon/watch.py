@@ -12,13 +12,17 @@ model.fit(x, y, callbacks=keras_gradmon.watch(model, "logs/train"))
 from __future__ import annotations
 
 import os
+import sys
+import types
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from keras_gradmon.alerts.delivery import AlertChecker, AlertOptions
+import numpy as np
+
+from keras_gradmon.alerts.delivery import ALERT_FIELDS, AlertChecker, AlertOptions
 from keras_gradmon.alerts.events import Alert
-from keras_gradmon.core.config import MonitorConfig
+from keras_gradmon.core.config import MonitorConfig, read_section
 from keras_gradmon.hub import Hub
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 from keras_gradmon.wrapping import (
@@ -94,6 +98,26 @@ class Watch(list):
         return fresh
 
     @property
+    def async_safe(self) -> bool:
+        """Whether Keras may run these callbacks' batch-end hooks on a
+        worker thread: `fit` asks it of each item of `callbacks=[...]`, a
+        Watch among them, before flattening them (on JAX)."""
+        import keras
+
+        base = keras.callbacks.Callback
+        hooks = (
+            "on_batch_end",
+            "on_train_batch_end",
+            "on_test_batch_end",
+            "on_predict_batch_end",
+        )
+        return all(
+            getattr(callback, "async_safe", False)
+            or all(getattr(type(callback), h) is getattr(base, h) for h in hooks)
+            for callback in self
+        )
+
+    @property
     def stop_requested(self) -> bool:
         """Whether an alert whose action is "stop" fired (`write()`)."""
         return any(checker.stop_requested for checker in self._checkers)
@@ -104,6 +128,26 @@ class Watch(list):
         for checker in self._checkers:
             checker.close()
         self.hub.close()
+
+
+def _flattened_by_keras(cls: type) -> None:
+    """Has Keras's tree utility flatten `cls` (a list) into its items, as
+    `fit(callbacks=...)` flattens its argument: to optree, which Keras 3
+    uses, a list subclass is one leaf (which `fit` would then call as a
+    callback) unless registered. (dm-tree flattens any sequence.)"""
+    try:
+        import optree
+    except ImportError:
+        return
+    optree.register_pytree_node(
+        cls,
+        lambda watched: (list(watched), None),
+        lambda _, callbacks: list(callbacks),
+        namespace="keras",
+    )
+
+
+_flattened_by_keras(Watch)
 
 
 def watch(
@@ -201,18 +245,45 @@ def _watch_model(
         GradientMonitorCallback(hub=hub, alerts=alerts is not None and alerts)
     ]
     if activations is not None:
-        section = file if _is_file(file) else None
-        data, chosen = activations, section
-        if isinstance(activations, Mapping) or type(activations).__name__ == (
-            "ActivationOptions"
-        ):
-            data, chosen = None, activations
+        data, chosen, activation_alerts = _activation_options(activations, file, alerts)
         callbacks.append(
             ActivationMonitorCallback(
-                data, config=chosen, alerts=alerts is not None and alerts, hub=hub
+                data, config=chosen, alerts=activation_alerts, hub=hub
             )
         )
     return Watch(callbacks, [optimizer], hub)
+
+
+def _activation_options(
+    activations: Any, file: Any, alerts: AlertOptions | None
+) -> tuple[Any, Any, AlertOptions | bool]:
+    """The activation callback's probe batch, config and alerts: `activations`
+    (a probe batch, with the config file's `activations` section; or an
+    `ActivationOptions` or dict holding one); the alerts are `alerts` but
+    its rules (the gradients'), with the alert fields the activation options
+    set themselves on top (an `ActivationOptions`: those that are not the
+    defaults); alerts=False drops them."""
+    from keras_gradmon.activations.monitor import ActivationOptions
+
+    data, config = None, activations
+    if isinstance(activations, ActivationOptions):
+        defaults = AlertOptions()
+        own = {
+            name: getattr(activations, name)
+            for name in ALERT_FIELDS
+            if getattr(activations, name) != getattr(defaults, name)
+        }
+    else:
+        if not isinstance(activations, Mapping):
+            data, config = activations, {}
+            if _is_file(file):
+                config = read_section(os.fspath(file), "activations")
+        config = dict(config)
+        own = {name: config.pop(name) for name in ALERT_FIELDS if name in config}
+    if alerts is None:
+        return data, config, False
+    shared = {**alerts.fields(), "rules": None}  # None: the activation rules
+    return data, config, AlertOptions.of({**shared, **own})
 
 
 def _model_optimizer(model: Any, config: MonitorConfig) -> MonitoredOptimizer:
@@ -245,11 +316,15 @@ def _model_optimizer(model: Any, config: MonitorConfig) -> MonitoredOptimizer:
 
 def _check_fresh(optimizer: Any, argument: str) -> None:
     """Refuses an optimizer that holds state already: its train function was
-    traced with it, and its slots would not be the wrapper's."""
+    traced with it, and its slots would not be the wrapper's. (A tf_keras
+    optimizer has no `built`; its `_iterations` counts its steps, read
+    without creating it: a legacy one makes it on first read.)"""
     variables = getattr(optimizer, "variables", [])
     variables = variables() if callable(variables) else variables
     built = getattr(optimizer, "built", False) and len(variables) > 1
-    if built or getattr(optimizer, "_slots", None):
+    iterations = getattr(optimizer, "_iterations", None)
+    stepped = iterations is not None and int(np.asarray(iterations)) > 0
+    if built or stepped or getattr(optimizer, "_slots", None):
         raise ValueError(
             f"`{argument}` has trained already (it holds state): call "
             "keras_gradmon.watch before the first train step, or wrap the "
@@ -383,3 +458,16 @@ def write_summaries(optimizer: Any, writer: Any) -> bool:
         )
         hubs[key] = monitor_writer.link(Hub([recorder]))
     return monitor_writer.write()
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as `watch`. Importing the module (`from
+    keras_gradmon.watch import wrap`, as the tf-agents integration does)
+    makes the package's attribute `keras_gradmon.watch` the module rather
+    than the function, so `keras_gradmon.watch(model, ...)` works on either."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Watch:
+        return watch(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -122,10 +122,12 @@ def activation_options(
     10
     """
     if isinstance(data, ActivationOptions) or "options" in options:
-        given = data if isinstance(data, ActivationOptions) else options.pop("options")
-        data = None if isinstance(data, ActivationOptions) else data
+        positional = isinstance(data, ActivationOptions)
+        given = data if positional else options.pop("options")
+        data = None if positional else data
+        spelling = "ActivationOptions(...)" if positional else "options=..."
         warnings.warn(
-            f"{owner}(options=...) is deprecated and will be removed in the "
+            f"{owner}({spelling}) is deprecated and will be removed in the "
             f"next release; pass the options as {owner}(data, config=...).",
             DeprecationWarning,
             stacklevel=3,
