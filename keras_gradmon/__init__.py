@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # the lazily imported names, for type checkers
     from keras_gradmon.rl.monitor import RLHealthMonitor, RLOptions  # noqa: F401
     from keras_gradmon.rl.observer import EpisodeObserver  # noqa: F401
     from keras_gradmon.schedule import Schedule  # noqa: F401
-    from keras_gradmon.watch import Watch, watch, wrap, write_summaries  # noqa: F401
+    from keras_gradmon.watching import Watch, watch, wrap, write_summaries  # noqa: F401
     from keras_gradmon.wrapping import MonitoredOptimizer  # noqa: F401
 
 __version__ = "0.3.0"
@@ -68,10 +68,10 @@ _EXPORTS = {
     "STATISTICS": "keras_gradmon.columns",
     "Schedule": "keras_gradmon.schedule",
     "Snapshot": "keras_gradmon.columns",
-    "Watch": "keras_gradmon.watch",
-    "watch": "keras_gradmon.watch",
-    "wrap": "keras_gradmon.watch",
-    "write_summaries": "keras_gradmon.watch",
+    "Watch": "keras_gradmon.watching",
+    "watch": "keras_gradmon.watching",
+    "wrap": "keras_gradmon.watching",
+    "write_summaries": "keras_gradmon.watching",
     # Deprecated, for one release: GradientMonitorCallback replaces both.
     "GradientAlertCallback": "keras_gradmon.callbacks",
     "GradientSummaryCallback": "keras_gradmon.callbacks",

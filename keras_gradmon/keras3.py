@@ -52,6 +52,7 @@ from keras_gradmon.wrapping import (
     resolve_config,
     set_variables,
 )
+from keras_gradmon.writer import MonitorWriter
 
 _BACKENDS = ("tensorflow", "jax")
 
@@ -242,6 +243,13 @@ class GradientMonitorOptimizer(
         if loss_scale.is_loss_scaler(inner):
             raise loss_scale.double_scaling_error(self.name, value)
         inner.loss_scale_factor = value
+
+    def save_own_variables(self, store: Any) -> None:
+        """Saves the inner optimizer's and the monitor's state, after the
+        monitor's writer published every summary that state holds: a run
+        restored from it (`BackupAndRestore`) does not write them again."""
+        MonitorWriter.write_recorded(self.monitor)
+        super().save_own_variables(store)
 
     def scale_loss(self, loss: Any) -> Any:
         return self.inner_optimizer.scale_loss(loss)

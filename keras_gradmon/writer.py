@@ -300,6 +300,20 @@ class MonitorWriter:
             writer.label = label
         return writer
 
+    @staticmethod
+    def write_recorded(monitor: GradientMonitor) -> None:
+        """Publishes what `monitor` recorded, if it has a writer: called
+        before its state is saved, because a run restored from that state
+        leaves the rows it holds unwritten (`skip_recorded`).
+
+        Example:
+
+        >>> MonitorWriter.write_recorded(optimizer.monitor)  # doctest: +SKIP
+        """
+        writer = monitor.__dict__.get("_writer")
+        if writer is not None and monitor.built:
+            writer.write()
+
     @property
     def hub(self) -> Hub:
         """The first linked hub."""

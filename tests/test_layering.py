@@ -21,7 +21,7 @@ ROOMS = (
     ("output", ("recorders",)),
     ("wrappers", ("wrapping", "keras3", "legacy")),
     ("alerts", ("alerts",)),
-    ("monitors", ("activations", "rl", "callbacks", "integrations", "watch",
+    ("monitors", ("activations", "rl", "callbacks", "integrations", "watching",
                   "_registration", "")),
     ("report", ("report", "cli", "demo")),
 )  # fmt: skip

@@ -1,8 +1,10 @@
 """A run backed up by `BackupAndRestore`, killed (SIGKILL) and resumed, with
 autoclip (whose state the backup holds with the monitor's): after the
 resume no step before the backup is written again, and no step is lost
-(issue 29, section 5). Two child processes: the first is killed a few steps
-after a backup, the second resumes from it to the end."""
+(issue 29, section 5). Two child processes: the first is killed in the very
+batch of a backup, right after it (the writer's thread has then had no
+time: the wrapper writes what its state holds before it is saved), the
+second resumes from it to the end."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from tensorboard.backend.event_processing import event_file_loader
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SAVE_FREQ = 5  # batches: backups after steps 5, 10, 15, ...
-KILL = 13  # killed at the end of the batch that made the count 13
+KILL = 10  # killed at the end of the batch that made the count 10
 BACKUP = 10  # the last backup before it
 TAGS = ("grad_norm/global", "grad_hist/mlp/head/bias")  # histograms every 4
 
@@ -56,9 +58,9 @@ CHILD = textwrap.dedent(
     model.fit(
         x, y, batch_size=8, epochs=4, shuffle=False, verbose=0,
         callbacks=[
-            # Before the backup's callback: it restores in on_train_begin.
-            keras_gradmon.GradientMonitorCallback(log_dir, alerts=False),
+            # The backup first: it saves before the monitor's callback looks.
             keras.callbacks.BackupAndRestore(backup_dir, save_freq=save_freq),
+            keras_gradmon.GradientMonitorCallback(log_dir, alerts=False),
             Kill(),
         ],
     )

@@ -5,7 +5,6 @@ file's sections, and the models it refuses."""
 
 from __future__ import annotations
 
-import sys
 import types
 
 import keras
@@ -256,12 +255,14 @@ def test_an_optimizer_that_trained_already_is_refused():
     assert model.optimizer is trained  # left as it was
 
 
-def test_watch_is_callable_through_its_module_too():
-    # Importing the module `keras_gradmon.watch` (the tf-agents integration
-    # does) makes the package's attribute `watch` the module.
-    module = sys.modules["keras_gradmon.watch"]
+def test_watch_stays_the_function_when_its_module_is_imported():
+    # The module that holds `watch` is `keras_gradmon.watching`: importing it
+    # (the tf-agents integration does, so does `keras_gradmon.wrap`) leaves
+    # the package's attribute `watch` the function.
+    import keras_gradmon.watching
+
     model = _compiled(keras.optimizers.SGD(0.05))
-    watched = module(model, alerts=False)
+    watched = keras_gradmon.watch(model, alerts=False)
     assert isinstance(watched, keras_gradmon.Watch)
     assert watched.optimizers == [model.optimizer]
     assert isinstance(model.optimizer, GradientMonitorOptimizer)

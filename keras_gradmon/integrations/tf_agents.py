@@ -26,7 +26,7 @@ from typing import Any
 import tensorflow as tf
 
 from keras_gradmon.legacy.stepped import StepAdapter, check_int64_step, measuring
-from keras_gradmon.watch import wrap
+from keras_gradmon.watching import wrap
 from keras_gradmon.wrapping import MonitoredOptimizer, find_monitor
 
 #: The constructor arguments through which tf-agents' agents take

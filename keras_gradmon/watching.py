@@ -12,8 +12,6 @@ model.fit(x, y, callbacks=keras_gradmon.watch(model, "logs/train"))
 from __future__ import annotations
 
 import os
-import sys
-import types
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -458,16 +456,3 @@ def write_summaries(optimizer: Any, writer: Any) -> bool:
         )
         hubs[key] = monitor_writer.link(Hub([recorder]))
     return monitor_writer.write()
-
-
-class _CallableModule(types.ModuleType):
-    """This module, callable as `watch`. Importing the module (`from
-    keras_gradmon.watch import wrap`, as the tf-agents integration does)
-    makes the package's attribute `keras_gradmon.watch` the module rather
-    than the function, so `keras_gradmon.watch(model, ...)` works on either."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Watch:
-        return watch(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
