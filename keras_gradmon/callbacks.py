@@ -1,9 +1,10 @@
-"""Which optimizer steps `fit`'s batches covered, counted on the host.
-
-`ActivationMonitorCallback`: activation statistics and dead-ReLU tracking
-during `fit`.
-
-Batch hooks that Keras may run off the training thread.
+"""The Keras callbacks: `GradientMonitorCallback` (a monitored optimizer's
+summaries and alerts during `fit`) and `ActivationMonitorCallback` (the
+layers' activations on a probe batch), with what they share: the optimizer
+steps `fit`'s batches covered, counted on the host (`StepTracker`), and the
+batch hooks that Keras may run off the training thread (`BatchReads`). The
+deprecated `GradientSummaryCallback` and `GradientAlertCallback` are
+`GradientMonitorCallback` without alerts, and with its alerts alone.
 
 Keras dispatches `on_train_batch_end` to a worker thread when every callback
 with batch hooks says it is `async_safe`; otherwise it waits for each step
@@ -12,20 +13,17 @@ next. On JAX that wait costs the overlap of one step's host work with the
 previous step's compute: more than the monitor itself, on a small model.
 The gradient callbacks say they are safe there: what they read is the
 trainer's live state at the time they run (every row of the summary history
-since their last look, none lost), one call at a time.
+since their last look, none lost), one call at a time, on the training
+thread (`Deferral`).
 
 Example:
 
->>> class MyCallback(AsyncOnJax, keras.callbacks.Callback):  # doctest: +SKIP
-...     @serialized
-...     def on_train_batch_end(self, batch, logs=None): ...
-
-`GradientSummaryCallback`: writes the monitor's statistics during `fit`.
-
-`GradientAlertCallback`: alerts on exploding, vanishing and non-finite
-gradients during `fit`, and optionally stops or fails training.
-
-Thin Keras callbacks around the recorders.
+```python
+model.fit(x, y, callbacks=[
+    keras_gradmon.GradientMonitorCallback("logs/train"),
+    keras_gradmon.ActivationMonitorCallback(x_val[:256], log_dir="logs/train"),
+])
+```
 """
 
 from __future__ import annotations
@@ -59,7 +57,6 @@ from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, recording_h
 from keras_gradmon.wrapping import MonitoredOptimizer, find_monitored
 from keras_gradmon.writer import MonitorWriter
 
-# ---- from callbacks.steps ----
 
 def optimizer_step(optimizer: Any) -> int:
     """The optimizer's iteration count, as a Python int (one host read; from
@@ -193,8 +190,6 @@ class StepTracker:
         return round(self.per_batch * batches)
 
 
-# ---- from callbacks.activations ----
-
 class ActivationMonitorCallback(keras.callbacks.Callback):
     """Records the activations of a model's layers during `fit`.
 
@@ -304,8 +299,6 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
             self._console.close()
         self.monitor.close()
 
-
-# ---- from callbacks.dispatch ----
 
 def progress_safe_console(callback: Any) -> contextlib.ExitStack | None:
     """Puts the alerts' log lines on lines of their own while `fit` draws
@@ -730,8 +723,5 @@ class GradientAlertCallback(GradientMonitorCallback):
             hub=hub,
             logs_key=None,
         )
-
-
-# ---- from callbacks ----
 
 

@@ -199,6 +199,13 @@ def watch(
     )
     hub = Hub([TensorBoardRecorder(log_dir)] if log_dir is not None else [])
     if _is_agent(target):
+        if activations is not None:
+            raise ValueError(
+                "`activations` is for a Keras model; for an agent's network, "
+                "use keras_gradmon.ActivationMonitor(network, batch) and call "
+                "its `update(step)` after each train step. Received: "
+                f"activations={type(activations).__name__}, target={target!r}"
+            )
         return _watch_agent(target, monitor_config, alert_options, hub)
     return _watch_model(target, monitor_config, alert_options, hub, activations, config)
 

@@ -81,6 +81,26 @@ class ActivationOptions(AlertOptions):
         self.schedule()
         self.alerting()
 
+    @classmethod
+    def of(cls, options: Any, overrides: Mapping[str, Any], owner: str) -> Any:
+        """Deprecated (0.2's spelling): `activation_options(owner, options,
+        **overrides)`, `options` the probe batch or an `ActivationOptions`.
+
+        Example:
+
+        >>> ActivationOptions.of(x, {"every_n_steps": 10}, "m")  # doctest: +SKIP
+        """
+        warnings.warn(
+            "ActivationOptions.of(options, overrides, owner) is deprecated and "
+            "will be removed in the next release; use ActivationOptions.build("
+            "config, alerts, owner, data=..., **options).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if isinstance(options, cls):
+            return cls.build(options, None, owner, **overrides)
+        return activation_options(owner, options, None, None, **overrides)
+
     def schedule(self) -> Schedule:
         """When to measure (validates `every_n_steps`)."""
         return Schedule(self.every_n_steps)

@@ -326,9 +326,10 @@ cooldown_steps=-1
     ) -> Any:
         """These options put together the one way every monitor takes them:
         `config` (an instance, a dict of its fields, or the path of a JSON or
-        YAML config file whose `SECTION` holds them), keyword `options` on
-        top, and `alerts` (an `AlertOptions`, a dict of its fields, or
-        False for no alerts) for the alert fields. Errors name `owner`.
+        YAML config file: its `alerts` section, then its own `SECTION`),
+        then `alerts` (an `AlertOptions`, a dict of its fields, or False for
+        no alerts) for the alert fields, then keyword `options` on top.
+        Errors name `owner` (and the file).
 
         Example:
 
@@ -336,15 +337,30 @@ cooldown_steps=-1
         10
         """
         owner = owner or cls.__name__
-        if isinstance(config, (str, os.PathLike)):
-            from keras_gradmon.core.config import read_section
-
-            config = dict(read_section(os.fspath(config), cls.SECTION))
+        path = os.fspath(config) if isinstance(config, (str, os.PathLike)) else None
+        if path is not None:
+            config = cls._file_options(path)
+        given: dict[str, Any] = {}
         if isinstance(config, Mapping):
-            options, config = {**config, **options}, None
-        if alerts is not None:
-            options = {**_alert_fields(alerts, owner, options), **options}
-        return with_overrides(cls, config, options, owner)
+            given, config = dict(config), None
+        if alerts is not None:  # over the config's, under the options'
+            given.update(_alert_fields(alerts, owner, options))
+        try:
+            return with_overrides(cls, config, {**given, **options}, owner)
+        except ValueError as error:
+            if path is None:
+                raise
+            raise type(error)(f"{error} (in {path!r})") from None
+
+    @classmethod
+    def _file_options(cls, path: str) -> dict[str, Any]:
+        """The options of this class in the config file at `path`: its own
+        section, over the `alerts` section (the alert options of every
+        monitor)."""
+        from keras_gradmon.core.config import read_section
+
+        shared = {} if cls.SECTION == "alerts" else read_section(path, "alerts")
+        return {**shared, **read_section(path, cls.SECTION)}
 
     def fields(self) -> dict[str, Any]:
         """The alert options by name (those of `AlertOptions` alone)."""

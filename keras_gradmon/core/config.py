@@ -450,18 +450,23 @@ class MonitorConfig:
 
     @classmethod
     def resolve(
-        cls, config: MonitorConfig | Mapping[str, Any] | None, options: Mapping
+        cls,
+        config: MonitorConfig | Mapping[str, Any] | str | os.PathLike | None,
+        options: Mapping,
     ) -> MonitorConfig:
-        """The config a wrapper was given: `config` (an instance, a dict or
-        None for the defaults) with keyword `options` on top."""
+        """The config a wrapper was given: `config` (an instance, a dict, a
+        config file's path, or None for the defaults) with keyword `options`
+        on top."""
         if config is None:
             config = cls()
         elif isinstance(config, Mapping):
             config = cls.from_dict(config)
+        elif isinstance(config, (str, os.PathLike)):
+            config = cls.from_file(config)
         elif not isinstance(config, cls):
             raise ValueError(
-                "`config` must be a keras_gradmon.MonitorConfig, a dict or None. "
-                f"Received: config={config!r}"
+                "`config` must be a keras_gradmon.MonitorConfig, a dict, a "
+                f"config file's path or None. Received: config={config!r}"
             )
         return config.replace(**options) if options else config
 

@@ -127,3 +127,13 @@ def test_an_agent_whose_optimizer_trained_already_is_refused(kind):
     assert message.startswith("`agent.optimizer` has trained already")
     assert f"Received: agent.optimizer={inner!r}" in message
     assert agent._optimizer is inner
+
+
+def test_activations_of_an_agent_are_refused_saying_what_to_use():
+    case = AGENT_CASES["DqnAgent"]
+    agent = build_case_agent(case, sorted(OPTIMIZER_KINDS)[0])
+    inner = agent._optimizer
+    with pytest.raises(ValueError, match=r"`activations` is for a Keras model.*"
+                       r"ActivationMonitor.*Received: activations=ndarray"):
+        keras_gradmon.watch(agent, activations=np.zeros((4, 4), "float32"))
+    assert agent._optimizer is inner  # left as it was
