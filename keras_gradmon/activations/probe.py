@@ -29,7 +29,7 @@ import numpy as np
 from keras import ops
 
 from keras_gradmon.activations.layers import WatchedLayer, capture_outputs
-from keras_gradmon.backend import Tensor
+from keras_gradmon.backend import Tensor, unconverted
 from keras_gradmon.columns import histogram_rows, tag
 from keras_gradmon.core.batched import tensor_statistics
 from keras_gradmon.core.histogram import bucket_counts
@@ -347,6 +347,14 @@ class ActivationProbe:
     def _measure(self, data: Any) -> dict[str, Any]:
         with capture_outputs([w.layer for w in self.layers], self._first) as outputs:
             self._forward(data)
+        return self._statistics(outputs)
+
+    @unconverted
+    def _statistics(self, outputs: list[list[Any]]) -> dict[str, Any]:
+        """The statistics of the captured outputs: the library's own code,
+        which AutoGraph leaves as it is (plain tensor math: converting its
+        hundred-odd functions cost seconds at every first trace), while the
+        user's model in `_measure` is converted as usual."""
         missing = ops.full([len(ACTIVATION_STATISTICS)], float("nan"), "float32")
         rows, reached, dead, counts, ranges = [], [], [], [], []
         for watched, outs in zip(self.layers, outputs):
