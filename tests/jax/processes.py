@@ -46,8 +46,8 @@ def start_python(args: list[str], backend: str) -> Running:
     this process until `finish` collects it."""
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
     # Closed by `Running.finish`.
-    stdout = tempfile.TemporaryFile("w+")  # noqa: SIM115
-    stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115
+    stdout = tempfile.TemporaryFile("w+", errors="replace")  # noqa: SIM115
+    stderr = tempfile.TemporaryFile("w+", errors="replace")  # noqa: SIM115
     process = subprocess.Popen(
         [sys.executable, *args], cwd=ROOT, env=env, stdout=stdout, stderr=stderr
     )
