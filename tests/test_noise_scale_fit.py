@@ -90,16 +90,19 @@ if keras.backend.backend() == "tensorflow":  # imported by tests/jax too
 
 
 @pytest.fixture(scope="module")
-def replica_totals() -> dict:
+def replica_runs() -> dict:
     runs, _ = prestart.take(__name__, _start_replicas)
-    outputs = {kind: run.finish() for kind, run in runs.items()}
-    return {k: json.loads(out.strip().splitlines()[-1]) for k, out in outputs.items()}
+    yield runs
+    for run in runs.values():  # a deselected kind's
+        if run.process.poll() is None:
+            run.process.kill()
 
 
 @pytest.mark.parametrize("kind", REPLICA_KINDS)
 def test_noise_scale_of_replicas_matches_the_closed_form(kind, request):
     if keras.backend.backend() != "tensorflow":
         pytest.skip("replicas are tf.distribute's")
-    totals = request.getfixturevalue("replica_totals")[kind]
+    out = request.getfixturevalue("replica_runs")[kind].finish()
+    totals = json.loads(out.strip().splitlines()[-1])
     x, y = PROBLEM.dataset(PARTS * PART_BATCH * 1024)
     check_against_closed_form(totals, x, y)
