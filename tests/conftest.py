@@ -26,3 +26,17 @@ def compile_fn(fn, mode):
     if mode == "eager":
         return fn
     return tf.function(fn, jit_compile=(mode == "xla"), autograph=False)
+
+
+def pytest_collection_finish(session):
+    """Starts the processes the collected modules wait for (`tests.prestart`)."""
+    from tests import prestart
+
+    modules = (getattr(item, "module", None) for item in session.items)
+    prestart.start(module.__name__ for module in modules if module is not None)
+
+
+def pytest_sessionfinish(session):
+    from tests import prestart
+
+    prestart.stop()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
+from tests import prestart
 from tests.reference import load_events, scalar_series
 from tests.signals.linear_regression import LinearRegression, empirical_b_simple
 
@@ -71,13 +72,37 @@ def test_noise_scale_is_nan_without_parts():
     assert all(np.isnan(v) for v in _totals(optimizer).values())
 
 
-@pytest.mark.parametrize("kind", ["keras", "tf_keras"])
-def test_noise_scale_of_replicas_matches_the_closed_form(kind):
+REPLICA_KINDS = ["keras", "tf_keras"]
+
+
+def _start_replicas(folder: str) -> dict:
+    """The replicas' runs, each in a process of its own (`tests/noise_side.py`)."""
+    from tests.jax.processes import start_python
+
+    return {
+        kind: start_python(["-m", "tests.noise_side", kind], backend="tensorflow")
+        for kind in REPLICA_KINDS
+    }
+
+
+if keras.backend.backend() == "tensorflow":  # imported by tests/jax too
+    prestart.register(__name__, _start_replicas)  # beside the tests before
+
+
+@pytest.fixture(scope="module")
+def replica_runs() -> dict:
+    runs, _ = prestart.take(__name__, _start_replicas)
+    yield runs
+    for run in runs.values():  # a deselected kind's
+        if run.process.poll() is None:
+            run.process.kill()
+
+
+@pytest.mark.parametrize("kind", REPLICA_KINDS)
+def test_noise_scale_of_replicas_matches_the_closed_form(kind, request):
     if keras.backend.backend() != "tensorflow":
         pytest.skip("replicas are tf.distribute's")
-    from tests.jax.processes import run_python
-
-    out = run_python(["-m", "tests.noise_side", kind], backend="tensorflow")
+    out = request.getfixturevalue("replica_runs")[kind].finish()
     totals = json.loads(out.strip().splitlines()[-1])
     x, y = PROBLEM.dataset(PARTS * PART_BATCH * 1024)
     check_against_closed_form(totals, x, y)

@@ -86,6 +86,24 @@ def data():
     return x, y
 
 
+@pytest.fixture(scope="module")
+def plain_runs(data):
+    """`(initial weights, plain Adam's run)` of an architecture, trained once
+    for the module: every test of the architecture compares with the same
+    run (each run compiles the model with XLA afresh, seconds each)."""
+    runs = {}
+
+    def plain(make_model):
+        if make_model not in runs:
+            keras.utils.set_random_seed(0)
+            weights = make_model().get_weights()
+            run = train(make_model, weights, keras.optimizers.Adam(), *data)
+            runs[make_model] = weights, run
+        return runs[make_model]
+
+    return plain
+
+
 @pytest.mark.parametrize(
     "make_model, options",
     [
@@ -96,11 +114,9 @@ def data():
     ],
     ids=["conv_bn-norm", "conv_bn-all", "mobilenet_v3_small-all"],
 )
-def test_wrapped_is_bit_identical_under_xla(make_model, options, data):
+def test_wrapped_is_bit_identical_under_xla(make_model, options, data, plain_runs):
     x, y = data
-    keras.utils.set_random_seed(0)
-    weights = make_model().get_weights()
-    plain = train(make_model, weights, keras.optimizers.Adam(), x, y)
+    weights, plain = plain_runs(make_model)
     wrapper = GradientMonitorOptimizer(keras.optimizers.Adam(), **options)
     wrapped = train(make_model, weights, wrapper, x, y)
     assert differing(plain[0], wrapped[0]) == 0
@@ -108,14 +124,12 @@ def test_wrapped_is_bit_identical_under_xla(make_model, options, data):
 
 
 @pytest.mark.parametrize("make_model", [conv_bn_net])
-def test_the_check_is_sensitive(make_model, data):
+def test_the_check_is_sensitive(make_model, data, plain_runs):
     # An extra reader of the gradients changes Adam's first moment of
     # BatchNorm gammas (FMA contraction): if this ever stops happening, the
     # test above no longer proves anything on this XLA version.
     x, y = data
-    keras.utils.set_random_seed(0)
-    weights = make_model().get_weights()
-    plain = train(make_model, weights, keras.optimizers.Adam(), x, y)
+    weights, plain = plain_runs(make_model)
     captured = train(make_model, weights, CapturingAdam(), x, y)
     if differing(plain[1], captured[1]) == 0:
         pytest.skip("XLA no longer changes the update when gradients gain a reader")

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import glob
 import os
+import pathlib
 import pickle
 
 import numpy as np
 import pytest
 
 from keras_gradmon.columns import COLUMNS
+from tests import prestart
 from tests.agents.mirrored_runner import CLIP, STEPS
 from tests.distribute import process
 from tests.reference import (
@@ -22,13 +24,19 @@ from tests.reference import (
 )
 
 
+def _start(folder: str):
+    runner = "tests.agents.mirrored_runner"
+    return process.start(runner, folder, TF_USE_LEGACY_KERAS="1")
+
+
+prestart.register(__name__, _start)  # runs beside the tests before these
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dqn")
-    runner = process.start(
-        "tests.agents.mirrored_runner", str(out), TF_USE_LEGACY_KERAS="1"
-    )
+def runs():
+    runner, folder = prestart.take(__name__, _start)
     process.finish([runner], timeout=300)
+    out = pathlib.Path(folder)
     with open(out / "dqn.pkl", "rb") as f:
         results = pickle.load(f)
     results["log_dir"] = str(out / "logs")

@@ -7,7 +7,9 @@ import pathlib
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from typing import IO
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -25,16 +27,31 @@ def environment(**extra: str) -> dict:
     return env
 
 
+#: Each started process's output file, by process id.
+_OUTPUTS: dict[int, IO[str]] = {}
+
+
 def start(module: str, *args: str, **env: str) -> subprocess.Popen:
-    """`python -m module args...` from the repository root, output captured."""
-    return subprocess.Popen(
+    """`python -m module args...` from the repository root, output captured
+    in a file (a process started with the session runs long before anyone
+    reads it: a pipe would fill)."""
+    # Closed by `finish`.
+    output = tempfile.TemporaryFile("w+", errors="replace")  # noqa: SIM115
+    process = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
         env=environment(**env),
-        stdout=subprocess.PIPE,
+        stdout=output,
         stderr=subprocess.STDOUT,
-        text=True,
     )
+    _OUTPUTS[process.pid] = output
+    return process
+
+
+def _output(process: subprocess.Popen) -> str:
+    with _OUTPUTS.pop(process.pid) as output:
+        output.seek(0)
+        return output.read()
 
 
 def finish(processes: list[subprocess.Popen], timeout: float) -> None:
@@ -42,19 +59,19 @@ def finish(processes: list[subprocess.Popen], timeout: float) -> None:
     raises with the end of each one's output."""
     deadline = time.monotonic() + timeout
     outputs = []
+    timed_out = False
     try:
         for process in processes:
-            left = max(1.0, deadline - time.monotonic())
-            out, _ = process.communicate(timeout=left)
-            outputs.append(out)
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        outputs = None
+        timed_out = True
     finally:
         for process in processes:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    if outputs is None:
+        outputs = [_output(process) for process in processes]
+    if timed_out:
         raise AssertionError(f"runner processes took more than {timeout} s")
     failed = [(p, o) for p, o in zip(processes, outputs) if p.returncode != 0]
     if failed:

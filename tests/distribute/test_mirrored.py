@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import glob
 import os
+import pathlib
 import pickle
 
 import numpy as np
 import pytest
 
 from keras_gradmon.columns import COLUMNS
+from tests import prestart
 from tests.distribute import process
 from tests.distribute.numpy_mlp import global_norm, mlp_gradients
 from tests.distribute.runner import CLIP, MIXED_SCALE
@@ -27,11 +29,18 @@ from tests.reference import (
 PATHS = ("mlp/hidden/kernel", "mlp/hidden/bias", "mlp/head/kernel", "mlp/head/bias")
 
 
+def _start(folder: str):
+    return process.start("tests.distribute.runner", "mirrored", folder)
+
+
+prestart.register(__name__, _start)  # runs beside the tests before these
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mirrored")
-    runner = process.start("tests.distribute.runner", "mirrored", str(out))
+def runs():
+    runner, folder = prestart.take(__name__, _start)
     process.finish([runner], timeout=300)
+    out = pathlib.Path(folder)
     with open(out / "mirrored.pkl", "rb") as f:
         results = pickle.load(f)
     results["log_dir"] = str(out / "logs")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import glob
 import os
+import pathlib
 import pickle
 
 import numpy as np
 import pytest
 
+from tests import prestart
 from tests.distribute import process
 from tests.distribute.numpy_mlp import global_norm, mlp_gradients
 from tests.distribute.runner import CLIP
@@ -18,15 +20,22 @@ from tests.helpers import data
 from tests.reference import load_events, scalar_series
 
 
-@pytest.fixture(scope="module")
-def workers(tmp_path_factory):
-    out = tmp_path_factory.mktemp("workers")
+def _start(folder: str):
     ports = ",".join(str(p) for p in process.free_ports(2))
-    runners = [
-        process.start("tests.distribute.runner", "worker", str(out), str(i), ports)
+    return [
+        process.start("tests.distribute.runner", "worker", folder, str(i), ports)
         for i in range(2)
     ]
+
+
+prestart.register(__name__, _start)  # runs beside the tests before these
+
+
+@pytest.fixture(scope="module")
+def workers():
+    runners, folder = prestart.take(__name__, _start)
     process.finish(runners, timeout=240)
+    out = pathlib.Path(folder)
     results = []
     for i in range(2):
         with open(out / f"worker{i}.pkl", "rb") as f:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 
-from tests.jax.processes import run_python
+import pytest
+
+from tests import prestart
+from tests.jax.processes import start_python
 
 _COMPUTE = """
 import jax, jax.numpy as jnp
@@ -38,20 +41,16 @@ sys.meta_path.insert(0, Tracer())
 """
 
 
-def test_statistics_without_tensorflow_installed():
+def test_statistics_without_tensorflow_installed(interpreters):
     # TensorFlow unavailable: nothing on the statistics' path needs it.
-    report = "\nimport sys; print('tensorflow' in sys.modules)"
-    out = run_python(["-c", _BLOCKED + _COMPUTE + report], "jax")
+    out = interpreters["blocked_statistics"].finish()
     assert out.split()[-1] == "False"
 
 
-def test_statistics_do_not_import_tensorflow():
+def test_statistics_do_not_import_tensorflow(interpreters):
     # `import keras_gradmon` and the statistics on JAX: TensorFlow is
     # installed but never imported (if it were, the frames say who did).
-    report = "\nprint(json.dumps([importers, 'tensorflow' in sys.modules]))"
-    out = run_python(
-        ["-c", _TRACED + "import keras, keras_gradmon\n" + _COMPUTE + report], "jax"
-    )
+    out = interpreters["traced_statistics"].finish()
     importers, imported = json.loads(out.splitlines()[-1])
     ours = [f.replace("\\", "/") for f in importers if "keras_gradmon" in f]
     assert not imported, ours or importers
@@ -81,9 +80,34 @@ print("summaries", optimizer.snapshot().step, "tensorflow" in sys.modules)
 """
 
 
-def test_fit_callbacks_and_report_without_tensorflow_installed():
+def _start(folder: str) -> dict:
+    """The fresh interpreters of this module's tests, started together."""
+    imported = "\nimport sys; print('tensorflow' in sys.modules)"
+    traced = "\nprint(json.dumps([importers, 'tensorflow' in sys.modules]))"
+    importing = _TRACED + "import keras, keras_gradmon\n"
+    codes = {
+        "blocked_statistics": _BLOCKED + _COMPUTE + imported,
+        "traced_statistics": importing + _COMPUTE + traced,
+        "blocked_fit": _BLOCKED + _FIT,
+    }
+    return {name: start_python(["-c", code], "jax") for name, code in codes.items()}
+
+
+prestart.register(__name__, _start)  # they run beside the tests before these
+
+
+@pytest.fixture(scope="module")
+def interpreters():
+    started, _ = prestart.take(__name__, _start)
+    yield started
+    for running in started.values():  # those of deselected tests
+        if running.process.poll() is None:
+            running.process.kill()
+
+
+def test_fit_callbacks_and_report_without_tensorflow_installed(interpreters):
     # The monitored fit, its callbacks, their event files and the report,
     # with TensorFlow unavailable.
-    out = run_python(["-c", _BLOCKED + _FIT], "jax")
+    out = interpreters["blocked_fit"].finish()
     assert "global gradient norm" in out
     assert out.split()[-3:] == ["summaries", "14", "False"]
