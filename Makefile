@@ -21,11 +21,14 @@ demo: $(STAMP)
 # tf-agents needs TF_USE_LEGACY_KERAS=1 before TensorFlow is imported, and
 # Keras picks its backend once per process, so their tests and the JAX
 # backend's (tests/jax) run in processes of their own.
+# Each process runs its tests on both cores (pytest-xdist, a test file per
+# worker at a time: the fixtures a file shares are built once).
+XDIST := -n 2 --dist loadfile
 test: $(STAMP)
 	$(PY) -m ruff check .
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q --ignore=tests/agents
-	KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q tests/jax
-	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q tests/agents
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q $(XDIST) --ignore=tests/agents
+	KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q $(XDIST) tests/jax
+	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q $(XDIST) tests/agents
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -24,6 +24,7 @@ Example (a module's own):
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -82,6 +83,8 @@ def _start_in_turn() -> None:
 def start(modules: Iterable[str]) -> None:
     """Starts, one after the other in a thread, the registered starters of
     `modules` (in their order, each once)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # under pytest-xdist both cores run tests: start on demand
     wanted = [m for m in dict.fromkeys(modules) if m in _STARTERS]
     with _lock:
         _queue.extend(m for m in wanted if m not in _queue and m not in _started)
