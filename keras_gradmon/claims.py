@@ -24,8 +24,6 @@ from typing import Any
 from keras_gradmon.columns import GLOBAL, tag
 from keras_gradmon.naming import derived_scope, describe_paths
 
-# ---- from recorders.claims ----
-
 logger = logging.getLogger("keras_gradmon")
 
 #: The statistic of the text summary that announces a derived scope.

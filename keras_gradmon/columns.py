@@ -229,8 +229,6 @@ class Layout:
         return sum(int(np.prod(shape)) for _, shape in self.scalar_fields())
 
 
-
-
 def variable_statistic(statistic: str) -> bool:
     """Whether every subject of `statistic` is a variable path (per-variable
     statistics other than the norm and the non-finite count, which have
@@ -623,7 +621,6 @@ def histogram_rows(counts: np.ndarray, value_range: np.ndarray) -> np.ndarray:
     edges = low + (high - low) * np.arange(k + 1, dtype=np.float64) / k
     edges[-1] = high
     return np.stack([edges[:-1], edges[1:], counts.astype(np.float64)], axis=1)
-
 
 
 # The rings of recent rows, read on the host ------------------------------------

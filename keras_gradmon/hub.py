@@ -1,6 +1,5 @@
-"""`Recorder`: what every destination of the numbers implements.
-
-`Hub`: where every host-side monitor publishes its numbers.
+"""`Hub`: where every host-side monitor publishes its numbers, and the
+`Recorder` protocol of what it writes to.
 
 The gradient writer, the activation monitor, the RL health monitor and the
 alert deliveries each publish a `Publication` (`{tag: value}` scalars,
@@ -30,7 +29,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-# ---- from recorders.base ----
 
 @runtime_checkable
 class Recorder(Protocol):
@@ -77,8 +75,6 @@ class Recorder(Protocol):
         """Flushes and releases the destination (after training ends)."""
         ...
 
-
-# ---- from hub ----
 
 #: The sources of the built-in publishers.
 GRADIENTS, ACTIVATIONS, RL, ALERTS = "gradients", "activations", "rl", "alerts"

@@ -1,18 +1,15 @@
-"""What every adapter shares, written once: delegation to the inner optimizer,
-the options a wrapper is built from, and reading back what it recorded.
+"""What every wrapper shares, written once: delegation to the inner
+optimizer (`forwarded`), the options a wrapper is built from
+(`resolve_config`), the double-wrap check, reading back what it recorded
+(`MonitoredOptimizer`), its serialization, and which kind of optimizer
+this is, so which wrapper wraps it (`kind_of`: nothing is imported for it;
+an optimizer of a library that was never imported cannot exist, so only
+the libraries already loaded are asked).
 
-Which kind of optimizer this is, and so which adapter wraps it. Nothing
-is imported here: an optimizer of a library that was never imported cannot
-exist, so only the libraries already loaded are asked.
-
-The adapters: one per optimizer framework, each a thin layer of framework
-glue around the one core, `keras_gradmon.core.monitor.GradientMonitor`.
-
-- `keras3.GradientMonitorOptimizer`: Keras 3 optimizers.
-- `tf_keras.TfKerasGradientMonitorOptimizer`: tf_keras optimizers.
-- `tf_v1.V1GradientMonitorOptimizer`: `tf.compat.v1.train` optimizers.
-
-`wrap` picks the adapter.
+The wrappers: `keras3.GradientMonitorOptimizer` (Keras 3 optimizers),
+`legacy.tf_keras.TfKerasGradientMonitorOptimizer` (tf_keras optimizers)
+and `legacy.tf_v1.V1GradientMonitorOptimizer` (`tf.compat.v1.train`
+optimizers); `keras_gradmon.wrap` picks the one of an optimizer's kind.
 """
 
 from __future__ import annotations
@@ -26,8 +23,6 @@ from typing import Any
 from keras_gradmon.columns import HistogramSnapshot, Snapshot
 from keras_gradmon.core.config import MonitorConfig
 from keras_gradmon.core.monitor import GradientMonitor
-
-# ---- from adapters.base ----
 
 _NOT_A_SCOPE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
@@ -267,8 +262,6 @@ def set_variables(wrapper: Any, weights: list) -> None:
             )
         variable.assign(weight)
 
-
-# ---- from adapters.kinds ----
 
 #: The kinds `wrap` accepts, as the error messages list them.
 SUPPORTED = (

@@ -26,8 +26,6 @@ from typing import Any
 
 import tensorflow as tf
 
-# ---- from backend.tensorflow.distribute ----
-
 #: Synchronization and aggregation of every monitor variable.
 SYNCHRONIZATION = tf.VariableSynchronization.ON_READ
 AGGREGATION = tf.VariableAggregation.ONLY_FIRST_REPLICA

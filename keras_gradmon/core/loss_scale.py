@@ -18,7 +18,6 @@ from keras import ops
 
 from keras_gradmon import backend
 
-# ---- from loss_scale ----
 
 def _wide(dtype: Any) -> str:
     """float64 for float64 gradients, else float32 (half precision widened)."""

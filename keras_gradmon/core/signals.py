@@ -248,7 +248,6 @@ def _is_int(value: object) -> bool:
 _NAN = float("nan")
 
 
-
 class StepSignals:
     """The every-step signals a monitor's options turn on (its
     `MonitorConfig`'s `track_spikes`, `skip_spikes` and `noise_scale`, as

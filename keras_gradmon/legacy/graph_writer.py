@@ -1,4 +1,9 @@
-"""Many summaries written by one op: a `Summary` protocol buffer serialized
+"""Writes a monitor's statistics from inside the train step, the tf-agents
+way (`tf.summary` ops under a default writer), many summaries with one op:
+a `Summary` protocol buffer serialized inside the graph, and TensorBoard's
+histogram rows computed there.
+
+Many summaries written by one op: a `Summary` protocol buffer serialized
 inside the graph.
 
 Every part of a summary's encoding is known when the step is traced (tag,
@@ -39,8 +44,6 @@ from keras_gradmon.backend.tensorflow import in_xla_context, run_if
 from keras_gradmon.core.measurement import Due
 from keras_gradmon.core.monitor import GradientMonitor
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
-
-# ---- from adapters.packed ----
 
 #: `Summary.value` (field 1) and `Summary.Value.tensor` (field 8), both
 #: length-delimited: their protobuf keys.
@@ -120,8 +123,6 @@ def write_packed(writer: object, step: tf.Tensor, summary: tf.Tensor) -> None:
     with tf.device("cpu:0"):
         gen_summary_ops.write_raw_proto_summary(writer._resource, step, summary)
 
-
-# ---- from adapters.graph_writer ----
 
 def default_writer() -> object | None:
     """The default `tf.summary` writer set by `writer.as_default()`, if any."""

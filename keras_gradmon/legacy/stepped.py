@@ -26,8 +26,6 @@ from keras_gradmon.wrapping import (
     resolve_config,
 )
 
-# ---- from adapters.stepped ----
-
 _MEASURING = contextvars.ContextVar("keras_gradmon_measuring", default=True)
 
 

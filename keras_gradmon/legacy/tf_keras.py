@@ -25,8 +25,6 @@ from keras_gradmon.backend.tensorflow import unconverted
 from keras_gradmon.legacy.stepped import StepAdapter
 from keras_gradmon.wrapping import ConfigFromInner, forwarded
 
-# ---- from adapters.tf_keras ----
-
 _NEW_BASE = tf_keras.optimizers.Optimizer
 _CLASSIC_BASE = tf_keras.optimizers.legacy.Optimizer
 

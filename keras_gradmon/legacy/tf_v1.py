@@ -14,8 +14,6 @@ from keras_gradmon.backend import distribute
 from keras_gradmon.backend.tensorflow import unconverted
 from keras_gradmon.legacy.stepped import StepAdapter, make_tf_variable
 
-# ---- from adapters.tf_v1 ----
-
 _V1_BASE = tf.compat.v1.train.Optimizer
 
 

@@ -1,4 +1,9 @@
-"""TFRecord framing for event files, with a CRC-32C computed in C.
+"""`TensorBoardRecorder`: scalars, histograms and text in a TensorBoard event
+file, with TensorBoard's own event-file writer and protocol buffers and
+its TFRecord framing (a CRC-32C computed in C): writing to a log directory
+never imports TensorFlow. `recording_hub` makes a hub that writes there.
+
+TFRecord framing for event files, with a CRC-32C computed in C.
 
 TensorBoard's own `RecordWriter` computes each record's masked CRC-32C in
 Python, byte by byte (about 1 ms for a summary of a hundred tags), on the
@@ -46,8 +51,6 @@ from tensorboard.util import tensor_util
 
 from keras_gradmon.hub import Hub, check_hub
 
-# ---- from recorders.records ----
-
 _MASK_DELTA = 0xA282EAD8
 
 
@@ -73,8 +76,6 @@ class RecordWriter(record_writer.RecordWriter):
         footer_crc = struct.pack("<I", masked_crc32c(data))
         self._writer.write(header + header_crc + data + footer_crc)
 
-
-# ---- from recorders.tensorboard ----
 
 #: Numbers the event files of this process: two files opened in one second
 #: (the time in a file name has seconds only) get different names.

@@ -37,8 +37,6 @@ from keras_gradmon.core.clipping.base import (
 from keras_gradmon.core.clipping.global_norm import GlobalNormClip
 from keras_gradmon.core.clipping.zclip import ZCLIP_MODES, ZClip
 
-# ---- from clipping ----
-
 #: Rule class for each method name accepted by `make_clip_rule`.
 CLIP_RULES: dict[str, type] = {
     rule.name: rule for rule in (AdaptiveGradientClip, AutoClip, GlobalNormClip, ZClip)

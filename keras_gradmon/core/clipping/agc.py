@@ -26,8 +26,6 @@ from keras_gradmon.core.clipping.base import (
     with_static_shape,
 )
 
-# ---- from clipping.agc ----
-
 # Guards the division where a unit's gradient norm is 0 (the reference's
 # `max(||G||, 1e-6)`); it cannot engage, as a zero unit is never clipped.
 _DIV_EPS = 1e-6

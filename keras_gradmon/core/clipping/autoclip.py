@@ -29,7 +29,6 @@ from keras_gradmon.core.clipping.base import (
     wide_int,
 )
 
-# ---- from clipping.autoclip ----
 
 @dataclass(frozen=True)
 class AutoClip:

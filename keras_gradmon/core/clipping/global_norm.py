@@ -18,7 +18,6 @@ from keras_gradmon.core.clipping.base import (
     scale_by_global_norm,
 )
 
-# ---- from clipping.global_norm ----
 
 @dataclass(frozen=True)
 class GlobalNormClip:

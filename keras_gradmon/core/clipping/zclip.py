@@ -36,8 +36,6 @@ from keras_gradmon.core.clipping.base import (
     wide_int,
 )
 
-# ---- from clipping.zclip ----
-
 #: Threshold formulas; see the module docstring.
 ZCLIP_MODES: tuple[str, ...] = ("reciprocal", "zscore")
 
