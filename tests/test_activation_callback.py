@@ -92,7 +92,10 @@ def test_steps_per_execution_measures_each_due_step_once(tmp_path):
 
 def test_stop_action_ends_fit_on_dead_units():
     callback = ActivationMonitorCallback(
-        models.probe_data(), every_n_steps=1, actions={"warning": "stop"}
+        models.probe_data(),
+        every_n_steps=1,
+        dead_fraction=0.25,
+        actions={"warning": "stop"},
     )
     history = _fit(models.sequential(), [callback], epochs=3)
     assert len(history.epoch) == 1  # stopped in the first epoch

@@ -12,25 +12,23 @@ from keras_gradmon.report.analysis import HealthCriteria
 
 def test_every_user_reads_the_one_default():
     args = cli._parser().parse_args(["report", "logs"])
-    options = ActivationOptions(data=[[0.0]])
-    rules = default_activation_rules()
     criteria = HealthCriteria()
     assert defaults.STD_BAND == (0.05, 20.0)
     assert defaults.DEAD_FRACTION == 0.25
-    bands = {
-        tuple(args.std_band),
-        options.std_band,
-        criteria.std_band,
-        (rules["activation_std"].low, rules["activation_std"].high),
-    }
-    assert bands == {defaults.STD_BAND}
-    fractions = {
-        args.dead_fraction,
-        options.dead_fraction,
-        criteria.dead_fraction,
-        rules["dead_units"].warning,
-    }
-    assert fractions == {defaults.DEAD_FRACTION}
+    assert {tuple(args.std_band), criteria.std_band} == {defaults.STD_BAND}
+    assert {args.dead_fraction, criteria.dead_fraction} == {defaults.DEAD_FRACTION}
+
+
+def test_the_fixed_activation_levels_are_opt_in_for_alerts():
+    # Real architectures sit far outside any fixed level in inference mode
+    # (docs/activations.md): the alerts judge each layer by its own level.
+    options = ActivationOptions(data=[[0.0]])
+    assert (options.std_band, options.dead_fraction) == (None, None)
+    assert sorted(options.default_rules()) == ["collapse", "dead_units"]
+    rules = default_activation_rules(defaults.STD_BAND, defaults.DEAD_FRACTION)
+    band = rules["activation_std"]
+    assert (band.low, band.high) == defaults.STD_BAND
+    assert rules["dead_fraction"].warning == defaults.DEAD_FRACTION
 
 
 def test_defaults_and_formatting_import_neither_tensorflow_nor_keras():

@@ -22,11 +22,8 @@ from keras_gradmon.activations.probe import (
     ActivationProbe,
     ActivationSnapshot,
 )
-from keras_gradmon.alerts.defaults import (
-    ACTIVATION_STD,
-    DEAD_FRACTION,
-    default_activation_rules,
-)
+from keras_gradmon.alerts.activity import ACTIVATION_STD, DEAD_FRACTION
+from keras_gradmon.alerts.defaults import default_activation_rules
 from keras_gradmon.alerts.delivery import (
     AlertDelivery,
     AlertOptions,
@@ -60,8 +57,8 @@ class ActivationOptions(AlertOptions):
     layers: str | Sequence[str] | None = None
     every_n_steps: Frequency = defaults.ACTIVATION_EVERY_N_STEPS
     histogram_buckets: int | None = defaults.ACTIVATION_HISTOGRAM_BUCKETS
-    std_band: tuple[float, float] | None = defaults.STD_BAND
-    dead_fraction: float | None = defaults.DEAD_FRACTION
+    std_band: tuple[float, float] | None = None
+    dead_fraction: float | None = None
     log_dir: str | None = None
     writer: Any = None
     tag_scope: str | None = None
@@ -106,8 +103,9 @@ class ActivationOptions(AlertOptions):
         return Schedule(self.every_n_steps)
 
     def default_rules(self) -> Any:
-        """The rules of `rules=None`: the activation defaults, in this
-        options' `std_band` and `dead_fraction`."""
+        """The rules of `rules=None`: the activation defaults (each layer
+        against its own recent level), and the fixed `std_band` and
+        `dead_fraction` when given."""
         return default_activation_rules(self.std_band, self.dead_fraction)
 
     def alerting(self, hub: Hub | None = None) -> tuple[AlertEngine, AlertDelivery]:
@@ -207,8 +205,9 @@ class ActivationMonitor:
     fraction of saturated outputs, plus a histogram. The train step itself
     is never touched: steps between probes cost nothing.
 
-    The std band and dead-unit rules (`default_activation_rules`) raise
-    alerts through the same delivery as gradient alerts: a log line, an
+    The activation rules (`default_activation_rules`: a layer's live units
+    dying at once, its std collapsing, each against the layer's own recent
+    level) raise alerts through the same delivery as gradient alerts: a log line, an
     `alerts/<rule>` flag, JSON Lines and the tier's action.
 
     The numbers are published to a `keras_gradmon.hub.Hub` (source
@@ -238,12 +237,15 @@ class ActivationMonitor:
             the step to a bool.
         histogram_buckets: Buckets of the activation histograms; None for
             none.
-        std_band: Healthy `(low, high)` band of each layer's activation
-            std (sigmoid and softmax layers, whose std cannot exceed 0.5,
-            and recurrent layers are left out); None for no band alert.
-            Ignored when `rules` is given.
-        dead_fraction: Warn above this fraction of dead units in a layer;
-            None for no dead-unit alert. Ignored when `rules` is given.
+        std_band: A fixed healthy `(low, high)` band of each layer's
+            activation std to warn outside of (sigmoid and softmax layers,
+            whose std cannot exceed 0.5, and recurrent layers are left
+            out); None (the default) for none: the default rules judge
+            each layer against its own recent level (see
+            `default_activation_rules`). Ignored when `rules` is given.
+        dead_fraction: A fixed fraction of dead units in a layer to warn
+            above; None (the default) for none. Ignored when `rules` is
+            given.
         rules: Alert rules by name (reading the metrics
             "activation_std" and "activation_dead_fraction"), instead of
             the defaults; `{}` for none.

@@ -16,6 +16,7 @@ Example:
 300 critical
 """
 
+from keras_gradmon.alerts.activity import CollapseRule, DeadUnitsRule
 from keras_gradmon.alerts.base import (
     EXPLOSION_HINT,
     GRAD_NONFINITE,
@@ -57,6 +58,8 @@ __all__ = [
     "AlertEngine",
     "BandRule",
     "ClipFractionRule",
+    "CollapseRule",
+    "DeadUnitsRule",
     "GrowthRule",
     "IncidentLog",
     "IntervalSpikeRule",

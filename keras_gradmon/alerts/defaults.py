@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from keras_gradmon import defaults, validation
+from keras_gradmon import validation
+from keras_gradmon.alerts.activity import (
+    ACTIVATION_STD,
+    DEAD_FRACTION,
+    DEAD_UNITS_HINT,
+    CollapseRule,
+    DeadUnitsRule,
+)
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.rules import (
     BandRule,
@@ -72,56 +79,55 @@ def default_rules() -> dict[str, Rule]:
     }
 
 
-#: The metrics `ActivationMonitor` feeds its rules, one value per layer.
-ACTIVATION_STD = "activation_std"
-DEAD_FRACTION = "activation_dead_fraction"
 _DEAD_CRITICAL = 0.9
-DEAD_UNITS_HINT = (
-    "lower the learning rate, check for a large negative bias, or use "
-    "LeakyReLU/ELU or He initialization"
-)
 
 
 def default_activation_rules(
-    std_band: tuple[float, float] | None = defaults.STD_BAND,
-    dead_fraction: float | None = defaults.DEAD_FRACTION,
+    std_band: tuple[float, float] | None = None,
+    dead_fraction: float | None = None,
 ) -> dict[str, Rule]:
     """Returns fresh activation health rules, keyed by name.
 
+    By default each layer is judged against its own recent level, the only
+    judgement that holds on real architectures probed in inference mode
+    (`keras_gradmon.alerts.activity`, measured in `docs/activations.md`):
+    "dead_units" (`DeadUnitsRule`: 90% of a layer's live units die within 5
+    summaries, or all of them) and "collapse" (`CollapseRule`: a layer's
+    std falls below 1/100 of its level of the last 5 summaries). The fixed
+    levels of earlier releases are opt-in, for models whose healthy levels
+    you know.
+
     Args:
-        std_band: `(low, high)` healthy band of a layer's activation std
-            (0.05 to 20: healthy models measure 0.16 to 1.35, see
-            `keras_gradmon.validation.STD_BAND`), or None for no band rule.
+        std_band: `(low, high)` band of a layer's activation std outside
+            which to warn (rule "activation_std"); None for none.
         dead_fraction: Warn when more than this fraction of a layer's units
-            are dead, at every summary (critical from the 2nd summary in a
-            row with more than 90% dead; no critical tier for a
-            `dead_fraction` of 0.9 or more), or None for no dead-unit rule.
+            are dead, at every summary (rule "dead_fraction"; critical from
+            the 2nd summary in a row with more than 90% dead; no critical
+            tier for a `dead_fraction` of 0.9 or more); None for none.
 
     Raises:
         ValueError: A band that is not `0 < low < high`, or a dead fraction
             outside (0, 1).
 
-    Returns:
-        `{"activation_std": BandRule, "dead_units": ThresholdRule}`, less
-        what was switched off.
-
     Example:
 
     >>> sorted(default_activation_rules())
-    ['activation_std', 'dead_units']
+    ['collapse', 'dead_units']
+    >>> sorted(default_activation_rules(std_band=(0.05, 20), dead_fraction=0.25))
+    ['activation_std', 'collapse', 'dead_fraction', 'dead_units']
     """
-    rules: dict[str, Rule] = {}
+    rules: dict[str, Rule] = {"dead_units": DeadUnitsRule(), "collapse": CollapseRule()}
     if std_band is not None:
         rules["activation_std"] = _std_band_rule(std_band)
     if dead_fraction is not None:
         warning = validation.open_unit_interval("dead_fraction", dead_fraction)
-        rules["dead_units"] = ThresholdRule(
+        rules["dead_fraction"] = ThresholdRule(
             warning=warning,
             critical=_DEAD_CRITICAL if warning < _DEAD_CRITICAL else None,
             metric=DEAD_FRACTION,
             hint=DEAD_UNITS_HINT,
         )
-    return rules
+    return dict(sorted(rules.items()))
 
 
 def _std_band_rule(std_band: object) -> BandRule:

@@ -37,6 +37,8 @@ _TITLES = {
     "clip_fraction": "clipping fraction",
     "update_ratio": "update/weight ratio out of band",
     "skipped_spike": "spiking step skipped",
+    "dead_units": "dead units",
+    "collapse": "activation collapse",
 }
 
 # Metrics whose values are gradient norms although their name does not say so.

@@ -10,6 +10,7 @@ JSON lines and the `alerts/<rule>` flags keep every firing.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from collections.abc import Iterable
@@ -209,6 +210,72 @@ def group_alerts(
     return found
 
 
+#: What a console line says about an incident.
+OPENED, GOES_ON, ENDED, STILL_FIRING = (
+    "opened", "goes on", "ended", "was still firing at the end"
+)
+#: The subjects a grouped line names before "and N more".
+LISTED_SUBJECTS = 3
+
+
+@dataclass(frozen=True)
+class News:
+    """One thing to say about an incident: `what` happened (`OPENED`,
+    `GOES_ON`, `ENDED`, `STILL_FIRING`), the `alert` that said it, and the
+    `incident` as it stood (None when alerts are not grouped)."""
+
+    what: str
+    alert: Alert
+    incident: Incident | None
+
+    def line(self) -> str:
+        """The line of this news alone."""
+        incident = self.incident
+        if self.what == OPENED or incident is None:
+            return self.alert.message
+        if self.what == GOES_ON:
+            span = f"{incident.folded} more since the last line, {incident.span()}"
+            return incident.line("goes on", span)
+        return incident.line(self.what, incident.span())
+
+
+def grouped_line(news: list[News]) -> str:
+    """One line for the same news of one rule and tier about several
+    subjects (a rule firing on many layers at once): the first
+    `LISTED_SUBJECTS` subjects with their values, then a count, the worst
+    value and the hint.
+
+    Example:
+
+    >>> alerts = [Alert("threshold", "warning", 10, 0.3 + i / 100, 0.25, f"relu_{i}",
+    ...                 metric="activation_dead_fraction") for i in range(5)]
+    >>> print(grouped_line([News(OPENED, a, None) for a in alerts]))
+    WARNING activation_dead_fraction threshold at step 10 on 5 subjects: 'relu_0' (0.3 > 0.25), 'relu_1' (0.31 > 0.25), 'relu_2' (0.32 > 0.25) and 2 more; worst 'relu_4' = 0.34.
+    """  # noqa: E501
+    first = news[0].alert
+    alerts = [item.alert for item in news]
+    worst = alerts[0]
+    for alert in alerts[1:]:
+        worst = alert if _worse(alert, worst) else worst
+    shown = ", ".join(
+        f"{a.subject!r} ({format_number(a.value)} {a.comparison} "
+        f"{format_number(a.threshold)})"
+        for a in alerts[:LISTED_SUBJECTS]
+    )
+    if len(alerts) > LISTED_SUBJECTS:
+        shown += f" and {len(alerts) - LISTED_SUBJECTS} more"
+    what = f"at step {first.step} on" if news[0].what == OPENED else news[0].what
+    what += "" if news[0].what == OPENED else f" at step {first.step} for"
+    line = (
+        f"{first.tier.upper()} {first.title} {what} {len(alerts)} subjects: "
+        f"{shown}; worst {worst.subject!r} = {format_number(worst.value)}."
+    )
+    if news[0].what == OPENED and first.hint:
+        line += f" Hint: {first.hint}"
+        line += "" if first.hint.endswith((".", "!", "?")) else "."
+    return line
+
+
 class IncidentLog:
     """Logs alerts grouped into incidents keyed by (rule, subject, tier).
 
@@ -263,41 +330,60 @@ class IncidentLog:
 
     def log(self, step: int, alerts: Iterable[Alert]) -> None:
         """Logs the news among the `alerts` of the summary at `step`, and the
-        end of the incidents that went quiet."""
+        end of the incidents that went quiet. News of one rule and tier about
+        several subjects at once is one line (`grouped_line`)."""
         alerts = list(alerts)
+        news: list[News] = []
         if self.grouping is not None:
             firing = {incident_key(alert) for alert in alerts}
             for incident in self.grouping.end(step, firing):
-                self._close(incident, "ended")
+                news.extend(self._close(incident, ENDED))
         for alert in alerts:
-            self._take(alert)
+            news.extend(self._take(alert))
+        self._say(news)
 
     def finish(self) -> None:
         """Closes every open incident (e.g. at the end of training)."""
         if self.grouping is not None:
-            for incident in self.grouping.finish():
-                self._close(incident, "was still firing at the end")
+            news = [
+                item
+                for incident in self.grouping.finish()
+                for item in self._close(incident, STILL_FIRING)
+            ]
+            self._say(news)
 
     def log_stop(self, alert: Alert) -> None:
         """Logs that `alert` stops training (`stop_line`), at its tier."""
         self._emit(alert.tier, stop_line(alert))
 
-    def _take(self, alert: Alert) -> None:
+    def _take(self, alert: Alert) -> list[News]:
         incident = None if self.grouping is None else self.grouping.take(alert)
-        if incident is None or incident.count == 1:
-            self._emit(alert.tier, alert.message)
-            return
-        if alert.step >= incident.next_line:
-            what = f"{incident.folded} more since the last line, {incident.span()}"
-            self._emit(alert.tier, incident.line("goes on", what))
-            incident.folded = 0
-            incident.gap *= 2
-            incident.next_line = alert.step + incident.gap
+        if incident is None:
+            return [News(OPENED, alert, None)]
+        if incident.count == 1:
+            return [News(OPENED, alert, incident)]
+        if alert.step < incident.next_line:
+            return []
+        news = News(GOES_ON, alert, dataclasses.replace(incident))
+        incident.folded = 0
+        incident.gap *= 2
+        incident.next_line = alert.step + incident.gap
+        return [news]
 
-    def _close(self, incident: Incident, verb: str) -> None:
+    def _close(self, incident: Incident, verb: str) -> list[News]:
         # An incident that never repeated was said in full already.
-        if incident.count > 1:
-            self._emit(incident.first.tier, incident.line(verb, incident.span()))
+        return [News(verb, incident.last, incident)] if incident.count > 1 else []
+
+    def _say(self, news: list[News]) -> None:
+        """Logs `news`, one line per (what, rule, tier): the subject's own
+        line when alone, else `grouped_line`."""
+        grouped: dict[tuple[str, str, str], list[News]] = {}
+        for item in news:
+            key = (item.what, item.alert.rule, item.alert.tier)
+            grouped.setdefault(key, []).append(item)
+        for (_, _, tier), items in grouped.items():
+            line = items[0].line() if len(items) == 1 else grouped_line(items)
+            self._emit(tier, line)
 
     def _emit(self, tier: str, line: str) -> None:
         level = logging.CRITICAL if tier == CRITICAL else logging.WARNING

@@ -126,7 +126,8 @@ def test_event_file_holds_the_snapshot(tmp_path):
     model = models.sequential()
     x = models.probe_data()
     monitor = ActivationMonitor(
-        model, x, log_dir=str(tmp_path), histogram_buckets=10, tag_scope="q"
+        model, x, log_dir=str(tmp_path), histogram_buckets=10, tag_scope="q",
+        dead_fraction=0.25,
     )
     first = monitor.record(0)
     second = monitor.record(5)
@@ -147,9 +148,14 @@ def test_event_file_holds_the_snapshot(tmp_path):
     assert histograms[0][:, 2].sum() == x.shape[0] * 8
     flags = {
         e.step: float(tf.make_ndarray(e.tensor_proto))
-        for e in events.Tensors("alerts/q/dead_units")
+        for e in events.Tensors("alerts/q/dead_fraction")
     }
     assert flags == {0: 1.0, 5: 1.0}  # 3 of 8 dead > 0.25
+    flags = {
+        e.step: float(tf.make_ndarray(e.tensor_proto))
+        for e in events.Tensors("alerts/q/dead_units")
+    }
+    assert flags == {0: 0.0, 5: 0.0}  # steady: the own-level rule is silent
 
 
 def test_alerts_name_the_layer_and_run_actions(tmp_path, caplog):
@@ -160,7 +166,7 @@ def test_alerts_name_the_layer_and_run_actions(tmp_path, caplog):
             model,
             x,
             layers=["h1"],
-            std_band=None,
+            dead_fraction=0.25,
             jsonl_path=str(tmp_path / "alerts.jsonl"),
             actions={"warning": "stop"},
         )
@@ -171,7 +177,9 @@ def test_alerts_name_the_layer_and_run_actions(tmp_path, caplog):
     assert monitor.stop_requested
     assert (tmp_path / "alerts.jsonl").read_text().count("\n") == 1
     with pytest.raises(keras_gradmon.GradientAlertError, match="'h1'"):
-        ActivationMonitor(model, x, actions={"warning": "raise"}).record(0)
+        ActivationMonitor(
+            model, x, dead_fraction=0.25, actions={"warning": "raise"}
+        ).record(0)
 
 
 def test_band_alert_for_an_exploding_layer():
@@ -179,7 +187,7 @@ def test_band_alert_for_an_exploding_layer():
     h1 = model.get_layer("h1")
     kernel, bias = h1.get_weights()
     h1.set_weights([kernel * 100, bias])
-    monitor = ActivationMonitor(model, models.probe_data(), dead_fraction=None)
+    monitor = ActivationMonitor(model, models.probe_data(), std_band=(0.05, 20.0))
     for step in range(3):
         monitor.record(step)
     assert [(a.subject, a.comparison, a.step) for a in monitor.alerts] == [
@@ -238,10 +246,10 @@ def test_a_model_without_hidden_activations_needs_layer_names():
 def test_an_options_object_with_keyword_overrides():
     model, x = models.sequential(), models.probe_data(8)
     options = ActivationOptions(data=x, layers=["h1", "h2"], every_n_steps=5)
-    monitor = ActivationMonitor(model, options, every_n_steps=3, dead_fraction=None)
+    monitor = ActivationMonitor(model, options, every_n_steps=3, dead_fraction=0.3)
     assert monitor.layer_names == ["h1", "h2"]
     assert [monitor.due(s) for s in range(7)] == [1, 0, 0, 1, 0, 0, 1]
-    assert sorted(monitor.engine.rules) == ["activation_std"]
+    assert sorted(monitor.engine.rules) == ["collapse", "dead_fraction", "dead_units"]
     assert options.every_n_steps == 5  # the given object is left as it was
 
 

@@ -18,14 +18,14 @@ STEPS = 600
 
 def _fit(steps, caplog, **options):
     """Trains `models.sequential()` (3 of `h1`'s 8 units dead from the start)
-    for `steps` steps with an activation summary at every step; returns the
-    callback and the console lines."""
+    for `steps` steps with an activation summary at every step, the fixed
+    dead-fraction rule at 0.25; returns the callback and the console lines."""
     model = models.sequential()
     model.compile(keras.optimizers.SGD(0.01), "mse")
     x = models.probe_data(steps * 4, seed=3)
     y = np.zeros((len(x), 2), "float32")
     callback = ActivationMonitorCallback(
-        models.probe_data(), every_n_steps=1, **options
+        models.probe_data(), every_n_steps=1, dead_fraction=0.25, **options
     )
     with caplog.at_level(logging.WARNING, logger="keras_gradmon"):
         model.fit(x, y, batch_size=4, shuffle=False, verbose=0, callbacks=[callback])
@@ -44,7 +44,7 @@ def test_dead_units_at_every_step_log_a_few_lines_and_keep_every_alert(
         jsonl_path=str(tmp_path / "alerts.jsonl"),
     )
     dead = [a for a in callback.alerts if a.metric == "activation_dead_fraction"]
-    band = [a.step for a in callback.alerts if a.metric == "activation_std"]
+    own = [a.step for a in callback.alerts if a.rule in ("dead_units", "collapse")]
     assert [a.step for a in dead] == list(range(STEPS))
     assert {a.subject for a in dead} == {"h1"}
     assert len(logged) <= 10
@@ -59,12 +59,14 @@ def test_dead_units_at_every_step_log_a_few_lines_and_keep_every_alert(
         a.to_dict() for a in callback.alerts
     ]
     events = load_events(str(tmp_path / "logs"))
-    flags = scalar_series(events, "alerts/dead_units")
+    flags = scalar_series(events, "alerts/dead_fraction")
     assert flags == {step: 1.0 for step in range(STEPS)}
-    flags = scalar_series(events, "alerts/activation_std")
-    # The layers' std stays inside the default band: a 0 flag at each summary.
-    assert band == []
-    assert flags == {step: 0.0 for step in range(STEPS)}
+    # Dead from the start, steady: the rules of the layer's own level stay
+    # silent, a 0 flag at each summary.
+    assert own == []
+    for rule in ("dead_units", "collapse"):
+        flags = scalar_series(events, f"alerts/{rule}")
+        assert flags == {step: 0.0 for step in range(STEPS)}
 
 
 #: "<what> of 'h1'" in the folded lines of the dead-unit incident.

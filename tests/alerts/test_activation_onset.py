@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scenarios.activations import dead_relu_onset
+from tests.scenarios.activations import (
+    collapse_after_bad_learning_rate,
+    dead_relu_onset,
+)
 
 
 @pytest.mark.parametrize(
@@ -21,16 +24,38 @@ from tests.scenarios.activations import dead_relu_onset
 def test_a_dead_relu_layer_alerts_at_the_next_summary(every_n_steps, onset, first):
     outcome = dead_relu_onset(steps=60, onset=onset, every_n_steps=every_n_steps)
     assert outcome.false_alarms == []  # neither monitor, before the onset
-    dead = [a for a in outcome.alerts if a.metric == "activation_dead_fraction"]
-    # Warning at the first summary (100% dead), critical from the second
-    # (more than 90% for 2 summaries), on the layer that died only.
+    dead = [a for a in outcome.alerts if a.rule == "dead_units"]
+    # Warning at the first summary (every live unit died), critical from
+    # the second (still dead), on the layer that died only.
     assert [(a.step, a.tier, a.subject) for a in dead[:2]] == [
         (first[0], "warning", "h2"),
         (first[1], "critical", "h2"),
     ]
     assert {a.subject for a in dead} == {"h2"}
-    assert outcome.first() == dead[0]
-    assert outcome.lines[0].startswith(
-        f"WARNING activation_dead_fraction threshold at step {first[0]}: "
-        "activation_dead_fraction of 'h2' = 1 > 0.25"
-    )
+    # Its std collapsed to 0 at the same summaries.
+    collapse = [a for a in outcome.alerts if a.rule == "collapse"]
+    assert [(a.step, a.tier, a.subject, a.value) for a in collapse[:2]] == [
+        (first[0], "warning", "h2", 0.0),
+        (first[1], "critical", "h2", 0.0),
+    ]
+    assert outcome.first().step == first[0]
+    assert (
+        f"WARNING dead units at step {first[0]}: activation_dead_fraction of "
+        "'h2' = 1 >= 0.9 (it was 0 within the last 5 summaries)."
+    ) in "\n".join(outcome.lines)
+
+
+def test_an_activation_collapse_after_a_bad_learning_rate_alerts_at_once():
+    # SGD's learning rate 0.01 -> 50 at step 60: the gradients explode,
+    # then a few steps later "h2" outputs 0 on every input.
+    outcome = collapse_after_bad_learning_rate(steps=75, onset=60)
+    assert outcome.false_alarms == []
+    collapse = [a for a in outcome.alerts if a.rule == "collapse"]
+    assert collapse, outcome.lines
+    first = collapse[0]
+    assert (first.subject, first.value, first.tier) == ("h2", 0.0, "warning")
+    assert first.step - outcome.fault_step <= 5
+    # Caught at the first summary it shows: one summary earlier, "h2"'s
+    # units were not all dead yet.
+    dead = {a.step: a.value for a in outcome.alerts if a.rule == "dead_units"}
+    assert dead.get(first.step - 1, 0.0) < 1.0

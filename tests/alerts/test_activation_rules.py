@@ -1,6 +1,8 @@
-"""Each default activation rule fires exactly where its documentation says:
-`default_activation_rules` through an `AlertEngine`, as `ActivationMonitor`
-runs them, fed one summary at a time (pure Python)."""
+"""Each fixed-level activation rule (opt-in: `std_band`, `dead_fraction`)
+fires exactly where its documentation says: `default_activation_rules`
+through an `AlertEngine`, as `ActivationMonitor` runs them, fed one summary
+at a time (pure Python). The rules of each layer's own level, on by
+default, are `tests/alerts/test_own_level_rules.py`."""
 
 from __future__ import annotations
 
@@ -15,10 +17,16 @@ from keras_gradmon.alerts.defaults import ACTIVATION_STD, DEAD_FRACTION
 LOW, HIGH = defaults.STD_BAND
 
 
+def _fixed(std_band=defaults.STD_BAND, dead_fraction=defaults.DEAD_FRACTION):
+    """The fixed-level rules alone, at the levels given."""
+    rules = default_activation_rules(std_band, dead_fraction)
+    return {k: v for k, v in rules.items() if k in ("activation_std", "dead_fraction")}
+
+
 def _feed(metric: str, values: list[float], **rule_options) -> list[tuple]:
-    """(step, tier, comparison, threshold) of each alert of the default
+    """(step, tier, comparison, threshold) of each alert of the fixed-level
     rules on `values` of one layer, one summary per step."""
-    engine = AlertEngine(default_activation_rules(**rule_options))
+    engine = AlertEngine(_fixed(**rule_options))
     fired = []
     for step, value in enumerate(values):
         for alert in engine.update(step, {metric: {"h": value}}):
@@ -88,7 +96,7 @@ def test_dead_units_critical_needs_two_summaries_in_a_row():
 
 
 def test_dead_units_streak_is_per_layer_and_survives_a_missing_summary():
-    engine = AlertEngine(default_activation_rules())
+    engine = AlertEngine(_fixed())
     summaries = [{"a": 1.0}, {"b": 1.0}, {"a": 1.0, "b": math.nan}, {"b": 1.0}]
     fired = [
         (alert.step, alert.subject, alert.tier)

@@ -54,7 +54,9 @@ def test_band_rule_rejects_bad_arguments(kwargs, message):
 
 
 def test_default_activation_rules_read_std_and_dead_fraction():
-    engine = AlertEngine(default_activation_rules(std_band=(0.5, 2.0)))
+    engine = AlertEngine(
+        default_activation_rules(std_band=(0.5, 2.0), dead_fraction=0.25)
+    )
     for step in range(3):
         alerts = engine.update(
             step,
@@ -63,7 +65,8 @@ def test_default_activation_rules_read_std_and_dead_fraction():
                 "activation_dead_fraction": {"h1": 0.5, "h2": 0.0},
             },
         )
-    # The band rule needs 3 summaries; the dead-unit threshold fires each time.
+    # The band rule needs 3 summaries; the dead-unit threshold fires each
+    # time; the rules of the layers' own levels see nothing fall.
     assert [(a.rule, a.subject) for a in alerts] == [
         ("band", "h1"),
         ("threshold", "h1"),
@@ -73,7 +76,8 @@ def test_default_activation_rules_read_std_and_dead_fraction():
 
 
 def test_default_activation_rules_switch_off_and_validate():
-    assert default_activation_rules(std_band=None, dead_fraction=None) == {}
+    # The fixed levels are opt-in; the own-level rules are always there.
+    assert sorted(default_activation_rules()) == ["collapse", "dead_units"]
     with pytest.raises(ValueError, match=r"Received: std_band=0\.5"):
         default_activation_rules(std_band=0.5)
     with pytest.raises(ValueError, match=r"Received: dead_fraction=1\.5"):

@@ -127,3 +127,45 @@ def test_without_folding_every_alert_is_logged_in_full(lines):
 def test_fold_steps_is_a_positive_integer_or_none(fold_steps):
     with pytest.raises(ValueError, match=r"^`fold_steps` must be a positive"):
         IncidentLog(fold_steps=fold_steps)
+
+
+def test_one_rule_on_many_layers_at_once_is_one_line(lines):
+    # 40 layers fire together: one line names the first 3 and a count;
+    # their repeats fold into one line (at step 10; the next would be at
+    # 30), and so does their end (the last alert at step 25). The record
+    # (each incident) keeps every layer.
+    log = IncidentLog(fold_steps=10)
+    layers = [f"re_lu_{i}" for i in range(40)]
+
+    def alerts_at(step):
+        if step > 25:
+            return []
+        return [
+            Alert("dead_units", WARNING, step, 1.0, 0.9, name, metric="dead")
+            for name in layers
+        ]
+
+    feed(log, range(0, 45), alerts_at)
+    logged = [message for _, message in lines()]
+    assert logged == [
+        "WARNING dead units at step 0 on 40 subjects: 're_lu_0' (1 > 0.9), "
+        "'re_lu_1' (1 > 0.9), 're_lu_2' (1 > 0.9) and 37 more; worst "
+        "'re_lu_0' = 1.",
+        "WARNING dead units goes on at step 10 for 40 subjects: 're_lu_0' "
+        "(1 > 0.9), 're_lu_1' (1 > 0.9), 're_lu_2' (1 > 0.9) and 37 more; "
+        "worst 're_lu_0' = 1.",
+        "WARNING dead units ended at step 25 for 40 subjects: 're_lu_0' "
+        "(1 > 0.9), "
+        "'re_lu_1' (1 > 0.9), 're_lu_2' (1 > 0.9) and 37 more; worst "
+        "'re_lu_0' = 1.",
+    ]
+    assert log.lines_logged == 3
+
+
+def test_a_lone_layer_keeps_its_own_line(lines):
+    log = IncidentLog()
+    log.log(3, [make(3, subject="h1"), make(3, subject="h2", rule="spike")])
+    assert [message for _, message in lines()] == [
+        make(3, subject="h1").message,
+        make(3, subject="h2", rule="spike").message,
+    ]

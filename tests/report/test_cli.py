@@ -101,9 +101,10 @@ def test_fail_on_warning_but_not_critical(tmp_path, capsys):
     from tests.activations import models
 
     monitor = ActivationMonitor(
-        models.sequential(), models.probe_data(), log_dir=str(tmp_path)
+        models.sequential(), models.probe_data(), log_dir=str(tmp_path),
+        dead_fraction=0.25,
     )
-    monitor.record(0)  # dead units: a warning
+    monitor.record(0)  # 3 of 8 dead, above the fixed 0.25: a warning
     monitor.flush()
     assert _report(capsys, tmp_path, "--no-plots", "--fail-on", "warning")[0] == (
         EXIT_ALERTS

@@ -91,3 +91,38 @@ def dead_relu_onset(
         fault_step=onset, callbacks=[_KillAt(onset)],
         probe=_data(256, seed + 1)[0], probe_every=every_n_steps,
     )
+
+
+#: The learning rate `collapse_after_bad_learning_rate` jumps to (SGD's
+#: 0.01 before): one update sends "h2"'s pre-activations far below zero.
+BAD_LEARNING_RATE = 50.0
+
+
+class _LearningRateAt(keras.callbacks.Callback):
+    """Sets SGD's learning rate to `rate` before the update of step `at`
+    (batches counted here, across epochs)."""
+
+    def __init__(self, at: int, rate: float) -> None:
+        super().__init__()
+        self.at, self.rate, self.batches = at, rate, 0
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if self.batches == self.at:
+            self.model.optimizer.learning_rate.assign(self.rate)
+        self.batches += 1
+
+
+def collapse_after_bad_learning_rate(
+    steps: int = 300, onset: int = 150, every_n_steps: int = 1, seed: int = 0
+) -> Outcome:
+    """Trains the MLP with SGD(0.01) until step `onset`, whose update runs
+    at `BAD_LEARNING_RATE`: from then on "h2" outputs 0 on every input, its
+    std collapsed from about 0.28 to 0 (and every unit dead). Expected: no
+    alert before the onset, the collapse (and dead units) on "h2" at the
+    first activation summary after the update."""
+    return run(
+        "activation collapse", _model(seed), _data(steps * BATCH, seed), steps,
+        optimizer=keras.optimizers.SGD(0.01), batch_size=BATCH,
+        fault_step=onset, callbacks=[_LearningRateAt(onset, BAD_LEARNING_RATE)],
+        probe=_data(256, seed + 1)[0], probe_every=every_n_steps,
+    )
