@@ -11,6 +11,17 @@ NaN input (critical at that step), a dead-ReLU onset (at the next
 activation summary) and a deep sigmoid stack (vanishing layers at step
 100, the rule's patience).
 
+Standard architectures (issue 30): keras.applications MobileNetV3Small and
+ResNet50V2 (on TensorFlow and JAX), MobileNetV2, EfficientNetB0 and
+DenseNet121 at 32x32, healthy for 300 steps with activations every 10
+steps (`tests/scenarios/applications.py`), and the two first ones with a
+ReLU layer killed (its BatchNorm offset pushed to -100) at step 155:
+caught at the next summary, step 160. For each, what the activation rules
+saw: the std's range, the largest dead fraction, the largest fall of a
+layer's std and the largest share of its live units dying within 5
+summaries (the rules fire at 100x and 90%). And an MLP whose activations
+collapse after SGD's learning rate jumps to 50 (caught within 5 steps).
+
 Run from the repository root:
 
     .venv/bin/python benchmarks/bench_alerts.py            # the full runs
@@ -46,6 +57,28 @@ SCENARIOS = {
     "sigmoid_stack": (
         "gradients", "sigmoid_stack", 300, 300, ("vanishing_layers", None, 100)
     ),
+    "activation_collapse": (
+        "activations", "collapse_after_bad_learning_rate", 300, 300,
+        ("activation_collapse", None, 5),
+    ),
+    # keras.applications at 32x32, activations every 10 steps (issue 30).
+    "mobilenet_v3_small": ("applications", "MobileNetV3Small", 300, 100, None),
+    "mobilenet_v3_small_jax": (
+        "applications_jax", "MobileNetV3Small", 300, 100, None
+    ),
+    "resnet50v2": ("applications", "ResNet50V2", 300, 100, None),
+    "resnet50v2_jax": ("applications_jax", "ResNet50V2", 300, 100, None),
+    "mobilenet_v2": ("applications", "MobileNetV2", 300, 100, None),
+    "efficientnet_b0": ("applications", "EfficientNetB0", 300, 100, None),
+    "densenet121": ("applications", "DenseNet121", 300, 100, None),
+    "mobilenet_v3_small_dead_layer": (
+        "applications", "MobileNetV3Small/dead_layer", 300, 100,
+        ("dead_units", None, 10),
+    ),
+    "resnet50v2_dead_layer": (
+        "applications", "ResNet50V2/dead_layer", 300, 100,
+        ("dead_units", None, 10),
+    ),
 }
 
 
@@ -55,13 +88,30 @@ def run_one(name: str, steps: int, out: str) -> None:
     import importlib
 
     module, function, *_, expected = SCENARIOS[name]
+    rule, tier, _ = expected or (None, None, None)
+    if module.startswith("applications"):
+        return run_application(function, steps, out, rule, tier)
     scenario = getattr(importlib.import_module(f"tests.scenarios.{module}"), function)
     kwargs = {"iterations": steps} if module == "dqn" else {"steps": steps}
     if module == "dqn":
         kwargs["log_dir"] = tempfile.mkdtemp(prefix="bench_alerts_dqn_")
     outcome = scenario(**kwargs)
-    rule, tier, _ = expected or (None, None, None)
     Path(out).write_text(json.dumps(outcome.to_dict(rule, tier)))
+
+
+def run_application(
+    function: str, steps: int, out: str, rule: str | None, tier: str | None
+) -> None:
+    """Runs a keras.applications scenario ("<architecture>[/<fault>]"),
+    the fault 5 steps after half way (between two summaries); writes its
+    outcome and what the activation rules saw (`level_summary`)."""
+    from tests.scenarios.applications import application, level_summary
+
+    name, _, fault = function.partition("/")
+    onset = steps // 2 + 5 if fault else None
+    outcome, levels = application(name, steps, fault=fault or None, onset=onset)
+    data = {**outcome.to_dict(rule, tier), "levels": level_summary(levels.snapshots)}
+    Path(out).write_text(json.dumps(data))
 
 
 def spawn(name: str, steps: int) -> dict:
@@ -69,6 +119,8 @@ def spawn(name: str, steps: int) -> dict:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     if SCENARIOS[name][0] == "dqn":
         env["TF_USE_LEGACY_KERAS"] = "1"
+    if SCENARIOS[name][0].endswith("_jax"):
+        env["KERAS_BACKEND"] = "jax"
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         command = [sys.executable, __file__, "--one", name, "--steps", str(steps)]
         subprocess.run([*command, "--out", out.name], env=env, check=True, cwd=ROOT)
@@ -113,11 +165,13 @@ def main() -> None:
     unknown = sorted(set(names) - set(SCENARIOS))
     if unknown:
         parser.error(f"unknown scenarios {unknown}; known: {sorted(SCENARIOS)}")
-    rows, consoles = [], []
+    rows, consoles, levels = [], [], []
     for name in names:
         *_, full, quick, expected = SCENARIOS[name]
         outcome = spawn(name, quick if args.quick else full)
         rows.append(row(name, outcome, expected))
+        if "levels" in outcome:
+            levels.append(level_row(name, outcome["levels"]))
         consoles.append(f"\n### {name}\n" + "\n".join(outcome["lines"] or ["(none)"]))
         print(rows[-1], flush=True)
     print(
@@ -127,6 +181,28 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print("\n## Console lines\n" + "\n".join(consoles))
+    if levels:
+        print("\n## What the activation rules saw\n")
+        print(
+            "| scenario | layers | summaries | std, min to max | largest dead "
+            "fraction | largest std fall in 5 summaries | largest share of live "
+            "units dying in 5 summaries |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        print("\n".join(levels))
+
+
+def level_row(name: str, levels: dict) -> str:
+    """One row of what the activation rules saw on a run."""
+    dead, fall, dying = (
+        levels["dead_max"], levels["std_fall_max"], levels["live_units_dying_max"]
+    )
+    return (
+        f"| {name} | {levels['layers']} | {levels['summaries']} | "
+        f"{levels['std_min']:.3g} to {levels['std_max']:.3g} | "
+        f"{dead[0]:.2f} ({dead[1]}) | {fall[0]:.2f}x ({fall[1]}) | "
+        f"{dying[0]:.0%} ({dying[1]}) |"
+    )
 
 
 if __name__ == "__main__":

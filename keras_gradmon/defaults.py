@@ -12,15 +12,18 @@ Example:
 
 from __future__ import annotations
 
-#: The healthy `(low, high)` band of a layer's activation std: activation
-#: alerts and the report's layer findings. Wide on purpose: healthy models
+#: The healthy `(low, high)` band of a layer's activation std: the report's
+#: layer findings (the activation alerts judge each layer against its own
+#: recent level; a fixed band is opt-in there, `std_band`). Wide on
+#: purpose: healthy models
 #: measured 0.16 to 1.35 (a Glorot-initialized ReLU MLP, a BatchNorm CNN;
 #: docs/activations.md), below the 0.5 of the usual 0.5-2.0 rule of thumb,
 #: which fired on both. The band catches a collapse or a blow-up of the
 #: scale (10x and more), not a model's own scale.
 STD_BAND: tuple[float, float] = (0.05, 20.0)
 
-#: More than this fraction of a layer's units dead is unhealthy.
+#: More than this fraction of a layer's units dead is unhealthy: the
+#: report's layer findings (opt-in for the alerts, `dead_fraction`).
 DEAD_FRACTION: float = 0.25
 
 #: Activation probes: every this many steps, with this many histogram buckets.

@@ -3,7 +3,9 @@ monitors never merge silently into one run, each reads back with one trace."""
 
 from __future__ import annotations
 
-import gc
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -65,14 +67,30 @@ def test_two_unnamed_optimizers_in_one_log_dir_are_refused(tmp_path):
     assert sorted(points) == [0, 1, 2, 3]  # only the first optimizer's steps
 
 
-def test_a_collected_monitor_releases_its_log_dir(tmp_path):
-    _fit(
-        GradientMonitorOptimizer(keras.optimizers.SGD(), every_n_steps=1), str(tmp_path)
-    )
+_COLLECTED = """
+import gc, sys
+import keras
+from keras_gradmon import GradientMonitorOptimizer
+from tests.test_scopes import _fit
+
+for _ in range(2):
+    _fit(GradientMonitorOptimizer(keras.optimizers.SGD(), every_n_steps=1), sys.argv[1])
     gc.collect()
-    _fit(
-        GradientMonitorOptimizer(keras.optimizers.SGD(), every_n_steps=1), str(tmp_path)
+print("released")
+"""
+
+
+def test_a_collected_monitor_releases_its_log_dir(tmp_path):
+    # In a fresh process: a collection in this one would also finalize
+    # every monitor earlier tests left behind (a minute, late in the suite).
+    result = subprocess.run(
+        [sys.executable, "-c", _COLLECTED, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "released"
 
 
 def test_interleaved_optimizers_read_back_their_own_numbers():

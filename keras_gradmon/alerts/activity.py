@@ -250,7 +250,7 @@ class CollapseRule(_LevelRule):
     [('warning', 0.0)]
     """
 
-    name = "collapse"
+    name = "activation_collapse"
     default_metric = ACTIVATION_STD
     default_hint = COLLAPSE_HINT
 

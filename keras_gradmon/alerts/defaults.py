@@ -92,10 +92,10 @@ def default_activation_rules(
     judgement that holds on real architectures probed in inference mode
     (`keras_gradmon.alerts.activity`, measured in `docs/activations.md`):
     "dead_units" (`DeadUnitsRule`: 90% of a layer's live units die within 5
-    summaries, or all of them) and "collapse" (`CollapseRule`: a layer's
-    std falls below 1/100 of its level of the last 5 summaries). The fixed
-    levels of earlier releases are opt-in, for models whose healthy levels
-    you know.
+    summaries, or all of them) and "activation_collapse" (`CollapseRule`: a
+    layer's std falls below 1/100 of its level of the last 5 summaries).
+    The fixed levels of earlier releases are opt-in, for models whose
+    healthy levels you know.
 
     Args:
         std_band: `(low, high)` band of a layer's activation std outside
@@ -112,11 +112,14 @@ def default_activation_rules(
     Example:
 
     >>> sorted(default_activation_rules())
-    ['collapse', 'dead_units']
+    ['activation_collapse', 'dead_units']
     >>> sorted(default_activation_rules(std_band=(0.05, 20), dead_fraction=0.25))
-    ['activation_std', 'collapse', 'dead_fraction', 'dead_units']
+    ['activation_collapse', 'activation_std', 'dead_fraction', 'dead_units']
     """
-    rules: dict[str, Rule] = {"dead_units": DeadUnitsRule(), "collapse": CollapseRule()}
+    rules: dict[str, Rule] = {
+        "dead_units": DeadUnitsRule(),
+        "activation_collapse": CollapseRule(),
+    }
     if std_band is not None:
         rules["activation_std"] = _std_band_rule(std_band)
     if dead_fraction is not None:

@@ -38,7 +38,7 @@ _TITLES = {
     "update_ratio": "update/weight ratio out of band",
     "skipped_spike": "spiking step skipped",
     "dead_units": "dead units",
-    "collapse": "activation collapse",
+    "activation_collapse": "activation collapse",
 }
 
 # Metrics whose values are gradient norms although their name does not say so.

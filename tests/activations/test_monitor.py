@@ -249,7 +249,11 @@ def test_an_options_object_with_keyword_overrides():
     monitor = ActivationMonitor(model, options, every_n_steps=3, dead_fraction=0.3)
     assert monitor.layer_names == ["h1", "h2"]
     assert [monitor.due(s) for s in range(7)] == [1, 0, 0, 1, 0, 0, 1]
-    assert sorted(monitor.engine.rules) == ["collapse", "dead_fraction", "dead_units"]
+    assert sorted(monitor.engine.rules) == [
+        "activation_collapse",
+        "dead_fraction",
+        "dead_units",
+    ]
     assert options.every_n_steps == 5  # the given object is left as it was
 
 

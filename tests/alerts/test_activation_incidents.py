@@ -44,7 +44,8 @@ def test_dead_units_at_every_step_log_a_few_lines_and_keep_every_alert(
         jsonl_path=str(tmp_path / "alerts.jsonl"),
     )
     dead = [a for a in callback.alerts if a.metric == "activation_dead_fraction"]
-    own = [a.step for a in callback.alerts if a.rule in ("dead_units", "collapse")]
+    own_rules = ("dead_units", "activation_collapse")
+    own = [a.step for a in callback.alerts if a.rule in own_rules]
     assert [a.step for a in dead] == list(range(STEPS))
     assert {a.subject for a in dead} == {"h1"}
     assert len(logged) <= 10
@@ -64,7 +65,7 @@ def test_dead_units_at_every_step_log_a_few_lines_and_keep_every_alert(
     # Dead from the start, steady: the rules of the layer's own level stay
     # silent, a 0 flag at each summary.
     assert own == []
-    for rule in ("dead_units", "collapse"):
+    for rule in own_rules:
         flags = scalar_series(events, f"alerts/{rule}")
         assert flags == {step: 0.0 for step in range(STEPS)}
 

@@ -33,7 +33,7 @@ def test_a_dead_relu_layer_alerts_at_the_next_summary(every_n_steps, onset, firs
     ]
     assert {a.subject for a in dead} == {"h2"}
     # Its std collapsed to 0 at the same summaries.
-    collapse = [a for a in outcome.alerts if a.rule == "collapse"]
+    collapse = [a for a in outcome.alerts if a.rule == "activation_collapse"]
     assert [(a.step, a.tier, a.subject, a.value) for a in collapse[:2]] == [
         (first[0], "warning", "h2", 0.0),
         (first[1], "critical", "h2", 0.0),
@@ -50,7 +50,7 @@ def test_an_activation_collapse_after_a_bad_learning_rate_alerts_at_once():
     # then a few steps later "h2" outputs 0 on every input.
     outcome = collapse_after_bad_learning_rate(steps=75, onset=60)
     assert outcome.false_alarms == []
-    collapse = [a for a in outcome.alerts if a.rule == "collapse"]
+    collapse = [a for a in outcome.alerts if a.rule == "activation_collapse"]
     assert collapse, outcome.lines
     first = collapse[0]
     assert (first.subject, first.value, first.tier) == ("h2", 0.0, "warning")

@@ -87,7 +87,9 @@ def test_collapse_fires_exactly_below_a_hundredth_of_the_level():
     edge = 0.01 * 0.4
     assert _feed(ACTIVATION_STD, [0.4, 0.3, edge]) == []
     fired = _feed(ACTIVATION_STD, [0.4, 0.3, math.nextafter(edge, 0.0)])
-    assert [(s, r, t) for s, r, t, *_ in fired] == [(2, "collapse", "warning")]
+    assert [(s, r, t) for s, r, t, *_ in fired] == [
+        (2, "activation_collapse", "warning")
+    ]
     assert fired[0][4] == edge
 
 

@@ -1,0 +1,21 @@
+"""Issue 30 on JAX: keras.applications MobileNetV3Small at 32x32, trained
+as a new user would (`tests/scenarios/applications.py`), raises no alert
+while healthy (the probe reads the trainer's live state). The 300-step
+runs are `benchmarks/bench_alerts.py`."""
+
+from __future__ import annotations
+
+import keras
+
+from tests.scenarios.applications import application
+
+
+def test_no_alert_on_a_healthy_mobilenet():
+    assert keras.backend.backend() == "jax"
+    outcome, levels = application("MobileNetV3Small", 40)
+    assert outcome.alerts == []
+    assert [s.step for s in levels.snapshots] == [0, 10, 20, 30]
+    # The probe saw training move: the squeeze-excite ReLUs lose units by
+    # design (the fixed dead fraction of 0.25 fired on them).
+    dead = levels.snapshots[-1].stat("dead_fraction")
+    assert max(dead.values()) > 0.25
