@@ -40,3 +40,10 @@ def pytest_sessionfinish(session):
     from tests import prestart
 
     prestart.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files marked slow run first. Under xdist each worker takes whole
+    files (`--dist loadfile`), in collection order: a long file collected
+    last would keep one core busy minutes after the other ran out of work."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -8,6 +8,9 @@ from keras_gradmon import ActivationMonitorCallback
 from tests.activations import models
 from tests.reference import load_events, scalar_series
 
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 

@@ -12,11 +12,15 @@ import time
 
 import keras
 import numpy as np
+import pytest
 
 from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
 from keras_gradmon.writer import Worker
 from tests.helpers import LOSS, data, mlp
 from tests.reference import load_events, scalar_series
+
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

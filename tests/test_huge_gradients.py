@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 from keras_gradmon import GradientMonitorOptimizer
 from tests.conftest import compile_fn
 
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 SHAPES = ((4,), (3, 2), (5,))
 METHODS = {
     "global_norm": {"method": "global_norm", "max_norm": 1.0},

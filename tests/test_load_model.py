@@ -15,6 +15,9 @@ import pytest
 from keras_gradmon import GradientMonitorOptimizer
 from tests.helpers import LOSS, data, mlp
 
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

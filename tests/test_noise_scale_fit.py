@@ -17,6 +17,9 @@ from tests import prestart
 from tests.reference import load_events, scalar_series
 from tests.signals.linear_regression import LinearRegression, empirical_b_simple
 
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 PROBLEM = LinearRegression(dim=4, noise_std=1.0, distance=1.0)
 PARTS, PART_BATCH = 4, 8
 

@@ -12,6 +12,9 @@ import pytest
 
 from keras_gradmon import GradientMonitorOptimizer
 
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 STEPS, BATCH = 3, 4  # Adam's first moment would differ after the 2nd update
 
 

@@ -23,6 +23,9 @@ from tests.reference import (
     scalar_series,
 )
 
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 
 def _start(folder: str):
     runner = "tests.agents.mirrored_runner"

@@ -14,6 +14,9 @@ from keras_gradmon.activations.monitor import activation_metrics
 from keras_gradmon.alerts import AlertEngine, default_activation_rules
 from tests.scenarios.applications import application, relu_after_norm
 
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def killed():

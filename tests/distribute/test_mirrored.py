@@ -26,6 +26,9 @@ from tests.reference import (
     scalar_series,
 )
 
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 PATHS = ("mlp/hidden/kernel", "mlp/hidden/bias", "mlp/head/kernel", "mlp/head/bias")
 
 

@@ -6,8 +6,12 @@ runs are `benchmarks/bench_alerts.py`."""
 from __future__ import annotations
 
 import keras
+import pytest
 
 from tests.scenarios.applications import application
+
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
 
 
 def test_no_alert_on_a_healthy_mobilenet():

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import pytest
 
 import keras_gradmon
 from keras_gradmon import GradientMonitorOptimizer
+
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
 
 EPOCHS = 10
 #: Batches of one example an epoch here (2,000 steps); the soak's 1,000.

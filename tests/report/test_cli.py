@@ -6,10 +6,14 @@ import json
 import re
 
 import numpy as np
+import pytest
 
 from keras_gradmon.alerts.events import format_number
 from keras_gradmon.cli import EXIT_ALERTS, EXIT_ERROR, main
 from tests.reference import load_events, scalar_series
+
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
 
 
 def _report(capsys, *args):

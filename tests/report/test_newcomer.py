@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import pytest
 
 from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
 from keras_gradmon.alerts import ClipFractionRule
@@ -22,6 +23,9 @@ from keras_gradmon.report.analysis import (
 from keras_gradmon.report.events import Run
 from tests.helpers import LOSS, data, mlp
 from tests.reference import load_events, scalar_series
+
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
 
 
 def _report(capsys, log_dir) -> str:

@@ -14,6 +14,9 @@ from tests.reference import (
     reference_statistics,
 )
 
+#: Runs before the quick files (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 # Subnormals are excluded: TensorFlow flushes them to zero on CPU.
 finite_floats = st.floats(
     min_value=-1e3, max_value=1e3, width=32, allow_subnormal=False
