@@ -57,9 +57,10 @@ SCENARIOS = {
     "sigmoid_stack": (
         "gradients", "sigmoid_stack", 300, 300, ("vanishing_layers", None, 100)
     ),
+    # The learning rate jumps at step 150; "h2" dies over the next steps.
     "activation_collapse": (
         "activations", "collapse_after_bad_learning_rate", 300, 300,
-        ("activation_collapse", None, 5),
+        ("dead_units", None, 5),
     ),
     # keras.applications at 32x32, activations every 10 steps (issue 30).
     "mobilenet_v3_small": ("applications", "MobileNetV3Small", 300, 100, None),
@@ -75,9 +76,10 @@ SCENARIOS = {
         "applications", "MobileNetV3Small/dead_layer", 300, 100,
         ("dead_units", None, 10),
     ),
+    # The probe's outputs turn NaN after this fault (critical at once).
     "resnet50v2_dead_layer": (
         "applications", "ResNet50V2/dead_layer", 300, 100,
-        ("dead_units", None, 10),
+        ("nonfinite", "critical", 10),
     ),
 }
 

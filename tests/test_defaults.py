@@ -24,7 +24,11 @@ def test_the_fixed_activation_levels_are_opt_in_for_alerts():
     # (docs/activations.md): the alerts judge each layer by its own level.
     options = ActivationOptions(data=[[0.0]])
     assert (options.std_band, options.dead_fraction) == (None, None)
-    assert sorted(options.default_rules()) == ["activation_collapse", "dead_units"]
+    assert sorted(options.default_rules()) == [
+        "activation_collapse",
+        "activation_nonfinite",
+        "dead_units",
+    ]
     rules = default_activation_rules(defaults.STD_BAND, defaults.DEAD_FRACTION)
     band = rules["activation_std"]
     assert (band.low, band.high) == defaults.STD_BAND

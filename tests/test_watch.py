@@ -228,7 +228,11 @@ def test_the_gradient_rules_are_not_the_activation_rules():
     probe = data(n=16)[0]
     alerts = AlertOptions(rules={"explosion": ThresholdRule(warning=1.0)})
     monitor = _activation_monitor(probe, alerts)
-    assert set(monitor.engine.rules) == {"activation_collapse", "dead_units"}
+    assert set(monitor.engine.rules) == {
+        "activation_collapse",
+        "activation_nonfinite",
+        "dead_units",
+    }
     off = _activation_monitor({"data": probe, "actions": {"critical": "raise"}}, False)
     assert dict(off.engine.rules) == {}
 

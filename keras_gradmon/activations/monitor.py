@@ -22,7 +22,11 @@ from keras_gradmon.activations.probe import (
     ActivationProbe,
     ActivationSnapshot,
 )
-from keras_gradmon.alerts.activity import ACTIVATION_STD, DEAD_FRACTION
+from keras_gradmon.alerts.activity import (
+    ACTIVATION_NONFINITE,
+    ACTIVATION_STD,
+    DEAD_FRACTION,
+)
 from keras_gradmon.alerts.defaults import default_activation_rules
 from keras_gradmon.alerts.delivery import (
     AlertDelivery,
@@ -183,15 +187,19 @@ _NO_BAND = ("sigmoid", "hard_sigmoid", "softmax", RECURRENT)
 
 def activation_metrics(snapshot: ActivationSnapshot) -> dict[str, dict[str, float]]:
     """The numbers the activation rules read, per layer: the std (of layers
-    whose outputs are neither confined to [0, 1] nor recurrent) and the dead
-    fraction."""
+    whose outputs are neither confined to [0, 1] nor recurrent), the dead
+    fraction and the count of non-finite outputs."""
     bounded = {
         layer
         for layer, activation in zip(snapshot.layers, snapshot.activations)
         if activation in _NO_BAND
     }
     stds = {k: v for k, v in snapshot.stat("std").items() if k not in bounded}
-    return {ACTIVATION_STD: stds, DEAD_FRACTION: snapshot.stat("dead_fraction")}
+    return {
+        ACTIVATION_STD: stds,
+        DEAD_FRACTION: snapshot.stat("dead_fraction"),
+        ACTIVATION_NONFINITE: snapshot.stat("nonfinite"),
+    }
 
 
 class ActivationMonitor:

@@ -30,10 +30,15 @@ from keras_gradmon.formatting import format_number
 #: The metrics `ActivationMonitor` feeds its rules, one value per layer.
 ACTIVATION_STD = "activation_std"
 DEAD_FRACTION = "activation_dead_fraction"
+ACTIVATION_NONFINITE = "activation_nonfinite"
 
 DEAD_UNITS_HINT = (
     "lower the learning rate, check for a large negative bias, or use "
     "LeakyReLU/ELU or He initialization"
+)
+NONFINITE_ACTIVATIONS_HINT = (
+    "the forward pass overflows: look for the first layer listed, its "
+    "inputs and weights, and for non-finite gradients"
 )
 COLLAPSE_HINT = (
     "the layer's outputs no longer depend on its inputs: lower the learning "

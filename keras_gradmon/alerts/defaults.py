@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from keras_gradmon import validation
 from keras_gradmon.alerts.activity import (
+    ACTIVATION_NONFINITE,
     ACTIVATION_STD,
     DEAD_FRACTION,
     DEAD_UNITS_HINT,
+    NONFINITE_ACTIVATIONS_HINT,
     CollapseRule,
     DeadUnitsRule,
 )
@@ -93,7 +95,9 @@ def default_activation_rules(
     (`keras_gradmon.alerts.activity`, measured in `docs/activations.md`):
     "dead_units" (`DeadUnitsRule`: 90% of a layer's live units die within 5
     summaries, or all of them) and "activation_collapse" (`CollapseRule`: a
-    layer's std falls below 1/100 of its level of the last 5 summaries).
+    layer's std falls below 1/100 of its level of the last 5 summaries);
+    and "activation_nonfinite" (`NonFiniteRule`: NaN or Inf outputs on the
+    probe, critical at once).
     The fixed levels of earlier releases are opt-in, for models whose
     healthy levels you know.
 
@@ -112,13 +116,16 @@ def default_activation_rules(
     Example:
 
     >>> sorted(default_activation_rules())
-    ['activation_collapse', 'dead_units']
-    >>> sorted(default_activation_rules(std_band=(0.05, 20), dead_fraction=0.25))
-    ['activation_collapse', 'activation_std', 'dead_fraction', 'dead_units']
+    ['activation_collapse', 'activation_nonfinite', 'dead_units']
+    >>> sorted(default_activation_rules(std_band=(0.05, 20), dead_fraction=0.25))[1:3]
+    ['activation_nonfinite', 'activation_std']
     """
     rules: dict[str, Rule] = {
         "dead_units": DeadUnitsRule(),
         "activation_collapse": CollapseRule(),
+        "activation_nonfinite": NonFiniteRule(
+            metric=ACTIVATION_NONFINITE, hint=NONFINITE_ACTIVATIONS_HINT
+        ),
     }
     if std_band is not None:
         rules["activation_std"] = _std_band_rule(std_band)

@@ -41,6 +41,9 @@ _TITLES = {
     "activation_collapse": "activation collapse",
 }
 
+# How a metric is named in a title where its name would repeat the rule's.
+_KINDS = {"activation_nonfinite": "activation"}
+
 # Metrics whose values are gradient norms although their name does not say so.
 _GRADIENT_METRICS = ("grad", "spikes/")
 
@@ -126,6 +129,7 @@ class Alert:
     def title(self) -> str:
         """How the rule is named in the log line, e.g. "gradient threshold"."""
         kind = "gradient" if self.metric.startswith(_GRADIENT_METRICS) else self.metric
+        kind = _KINDS.get(kind, kind)
         template = _TITLES.get(self.rule, "{kind} " + self.rule)
         return template.format(kind=kind)
 

@@ -251,6 +251,7 @@ def test_an_options_object_with_keyword_overrides():
     assert [monitor.due(s) for s in range(7)] == [1, 0, 0, 1, 0, 0, 1]
     assert sorted(monitor.engine.rules) == [
         "activation_collapse",
+        "activation_nonfinite",
         "dead_fraction",
         "dead_units",
     ]

@@ -77,7 +77,11 @@ def test_default_activation_rules_read_std_and_dead_fraction():
 
 def test_default_activation_rules_switch_off_and_validate():
     # The fixed levels are opt-in; the own-level rules are always there.
-    assert sorted(default_activation_rules()) == ["activation_collapse", "dead_units"]
+    assert sorted(default_activation_rules()) == [
+        "activation_collapse",
+        "activation_nonfinite",
+        "dead_units",
+    ]
     with pytest.raises(ValueError, match=r"Received: std_band=0\.5"):
         default_activation_rules(std_band=0.5)
     with pytest.raises(ValueError, match=r"Received: dead_fraction=1\.5"):

@@ -115,3 +115,18 @@ def test_a_layer_whose_std_was_always_zero_is_silent():
 def test_bad_options_name_the_argument_and_value(rule, argument, value):
     with pytest.raises(ValueError, match=rf"Received: {argument}={value!r}"):
         rule(**{argument: value})
+
+
+def test_non_finite_outputs_are_critical_at_once():
+    engine = AlertEngine(default_activation_rules())
+    (alert,) = engine.update(
+        0, {"activation_nonfinite": {"h1": 0.0, "h2": 12.0, "h3": math.nan}}
+    )
+    assert (alert.rule, alert.tier, alert.details["subjects"]) == (
+        "nonfinite",
+        "critical",
+        ["h2", "h3"],
+    )
+    assert alert.message.startswith(
+        "CRITICAL non-finite activation at step 0: activation_nonfinite = 13 > 0"
+    )
