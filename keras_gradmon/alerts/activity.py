@@ -20,6 +20,7 @@ completes it; critical when it has held for `critical_patience` summaries.
 
 from __future__ import annotations
 
+import abc
 from collections import deque
 
 from keras_gradmon import validation
@@ -128,13 +129,15 @@ class _LevelRule(Rule):
     def _tier(self, held: int) -> str:
         return CRITICAL if held >= self.critical_patience else WARNING
 
+    @abc.abstractmethod
     def _low(self, value: float, level: float | None) -> bool:
-        raise NotImplementedError
+        """Whether `value` is low against `level` (None: no level yet)."""
 
+    @abc.abstractmethod
     def _fall(
         self, step: int, subject: str, value: float, level: float | None, held: int
     ) -> Alert:
-        raise NotImplementedError
+        """The alert of a fall that has held `held` summaries."""
 
 
 class DeadUnitsRule(_LevelRule):

@@ -90,16 +90,12 @@ def default_activation_rules(
 ) -> dict[str, Rule]:
     """Returns fresh activation health rules, keyed by name.
 
-    By default each layer is judged against its own recent level, the only
-    judgement that holds on real architectures probed in inference mode
-    (`keras_gradmon.alerts.activity`, measured in `docs/activations.md`):
-    "dead_units" (`DeadUnitsRule`: 90% of a layer's live units die within 5
-    summaries, or all of them) and "activation_collapse" (`CollapseRule`: a
-    layer's std falls below 1/100 of its level of the last 5 summaries);
-    and "activation_nonfinite" (`NonFiniteRule`: NaN or Inf outputs on the
-    probe, critical at once).
-    The fixed levels of earlier releases are opt-in, for models whose
-    healthy levels you know.
+    Each layer is judged against its own recent level, the only judgement
+    that holds on real architectures probed in inference mode
+    (`keras_gradmon.alerts.activity`; `docs/activations.md`):
+    "dead_units" (`DeadUnitsRule`), "activation_collapse" (`CollapseRule`)
+    and "activation_nonfinite" (`NonFiniteRule`: NaN or Inf outputs). The
+    fixed levels of earlier releases are opt-in.
 
     Args:
         std_band: `(low, high)` band of a layer's activation std outside

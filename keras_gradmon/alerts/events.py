@@ -134,6 +134,14 @@ class Alert:
         return template.format(kind=kind)
 
     @property
+    def hint_sentence(self) -> str:
+        """" Hint: <hint>." as the log line ends with it; "" without one."""
+        if not self.hint:
+            return ""
+        end = "" if self.hint.endswith((".", "!", "?")) else "."
+        return f" Hint: {self.hint}{end}"
+
+    @property
     def message(self) -> str:
         """The alert as one readable log line (no newline)."""
         comparison = (
@@ -146,10 +154,7 @@ class Alert:
         else:
             measured = f"{self.metric} of {self.subject!r} = {comparison}"
         line = f"{self.tier.upper()} {self.title} at step {self.step}: "
-        line += measured + self.context + "."
-        if self.hint:
-            line += f" Hint: {self.hint}"
-            line += "" if self.hint.endswith((".", "!", "?")) else "."
+        line += measured + self.context + "." + self.hint_sentence
         if self.note:
             line += f" [{self.note}]"
         return line

@@ -264,16 +264,13 @@ def grouped_line(news: list[News]) -> str:
     )
     if len(alerts) > LISTED_SUBJECTS:
         shown += f" and {len(alerts) - LISTED_SUBJECTS} more"
-    what = f"at step {first.step} on" if news[0].what == OPENED else news[0].what
-    what += "" if news[0].what == OPENED else f" at step {first.step} for"
-    line = (
-        f"{first.tier.upper()} {first.title} {what} {len(alerts)} subjects: "
-        f"{shown}; worst {worst.subject!r} = {format_number(worst.value)}."
+    opened = news[0].what == OPENED
+    what = "at step {} on" if opened else news[0].what + " at step {} for"
+    return (
+        f"{first.tier.upper()} {first.title} {what.format(first.step)} "
+        f"{len(alerts)} subjects: {shown}; worst {worst.subject!r} = "
+        f"{format_number(worst.value)}." + (first.hint_sentence if opened else "")
     )
-    if news[0].what == OPENED and first.hint:
-        line += f" Hint: {first.hint}"
-        line += "" if first.hint.endswith((".", "!", "?")) else "."
-    return line
 
 
 class IncidentLog:
@@ -333,57 +330,51 @@ class IncidentLog:
         end of the incidents that went quiet. News of one rule and tier about
         several subjects at once is one line (`grouped_line`)."""
         alerts = list(alerts)
-        news: list[News] = []
+        news: list[News | None] = []
         if self.grouping is not None:
             firing = {incident_key(alert) for alert in alerts}
-            for incident in self.grouping.end(step, firing):
-                news.extend(self._close(incident, ENDED))
-        for alert in alerts:
-            news.extend(self._take(alert))
+            ended = self.grouping.end(step, firing)
+            news += [self._close(incident, ENDED) for incident in ended]
+        news += [self._take(alert) for alert in alerts]
         self._say(news)
 
     def finish(self) -> None:
         """Closes every open incident (e.g. at the end of training)."""
         if self.grouping is not None:
-            news = [
-                item
-                for incident in self.grouping.finish()
-                for item in self._close(incident, STILL_FIRING)
-            ]
-            self._say(news)
+            finished = self.grouping.finish()
+            self._say([self._close(incident, STILL_FIRING) for incident in finished])
 
     def log_stop(self, alert: Alert) -> None:
         """Logs that `alert` stops training (`stop_line`), at its tier."""
         self._emit(alert.tier, stop_line(alert))
 
-    def _take(self, alert: Alert) -> list[News]:
+    def _take(self, alert: Alert) -> News | None:
         incident = None if self.grouping is None else self.grouping.take(alert)
-        if incident is None:
-            return [News(OPENED, alert, None)]
-        if incident.count == 1:
-            return [News(OPENED, alert, incident)]
+        if incident is None or incident.count == 1:
+            return News(OPENED, alert, incident)
         if alert.step < incident.next_line:
-            return []
+            return None
         news = News(GOES_ON, alert, dataclasses.replace(incident))
         incident.folded = 0
         incident.gap *= 2
         incident.next_line = alert.step + incident.gap
-        return [news]
+        return news
 
-    def _close(self, incident: Incident, verb: str) -> list[News]:
+    def _close(self, incident: Incident, verb: str) -> News | None:
         # An incident that never repeated was said in full already.
-        return [News(verb, incident.last, incident)] if incident.count > 1 else []
+        return News(verb, incident.last, incident) if incident.count > 1 else None
 
-    def _say(self, news: list[News]) -> None:
+    def _say(self, news: list[News | None]) -> None:
         """Logs `news`, one line per (what, rule, tier): the subject's own
-        line when alone, else `grouped_line`."""
-        grouped: dict[tuple[str, str, str], list[News]] = {}
-        for item in news:
+        line when alone, else `grouped_line`; every alert alone when alerts
+        are not grouped (`fold_steps=None`)."""
+        grouped: dict[object, list[News]] = {}
+        for item in filter(None, news):
             key = (item.what, item.alert.rule, item.alert.tier)
-            grouped.setdefault(key, []).append(item)
-        for (_, _, tier), items in grouped.items():
+            grouped.setdefault(key if self.grouping else item, []).append(item)
+        for items in grouped.values():
             line = items[0].line() if len(items) == 1 else grouped_line(items)
-            self._emit(tier, line)
+            self._emit(items[0].alert.tier, line)
 
     def _emit(self, tier: str, line: str) -> None:
         level = logging.CRITICAL if tier == CRITICAL else logging.WARNING

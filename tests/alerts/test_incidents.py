@@ -169,3 +169,10 @@ def test_a_lone_layer_keeps_its_own_line(lines):
         make(3, subject="h1").message,
         make(3, subject="h2", rule="spike").message,
     ]
+
+
+def test_without_folding_many_layers_are_each_logged_in_full(lines):
+    log = IncidentLog(fold_steps=None)
+    alerts = [make(3, subject=f"h{i}") for i in range(4)]
+    log.log(3, alerts)
+    assert [message for _, message in lines()] == [a.message for a in alerts]

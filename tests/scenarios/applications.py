@@ -24,8 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 import numpy as np
 
@@ -76,15 +74,13 @@ def teacher_data(samples: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, (pooled @ head).argmax(axis=1).astype("int32")
 
 
-@dataclasses.dataclass
 class Levels(keras.callbacks.Callback):
     """Keeps every snapshot the activation callback `watcher` measured."""
 
-    watcher: ActivationMonitorCallback
-    snapshots: list[ActivationSnapshot] = dataclasses.field(default_factory=list)
-
-    def __post_init__(self) -> None:
+    def __init__(self, watcher: ActivationMonitorCallback) -> None:
         super().__init__()
+        self.watcher = watcher
+        self.snapshots: list[ActivationSnapshot] = []
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         latest = self.watcher.monitor.latest
