@@ -32,7 +32,11 @@ PLUGINS = {"hist": "histograms", "scalar": "scalars", "text": "text"}
 
 
 def _event_files(log_dir) -> list[str]:
-    return sorted(glob.glob(os.path.join(str(log_dir), "events.out.tfevents.*")))
+    """The event files in the order they were written: by the wall time of
+    their last event (their names end in a per-process counter, which sorts
+    .10 before .9, and their first event's time is whole seconds)."""
+    paths = glob.glob(os.path.join(str(log_dir), "events.out.tfevents.*"))
+    return sorted(paths, key=lambda path: _events(path)[-1].wall_time)
 
 
 def _events(path: str) -> list[event_pb2.Event]:
