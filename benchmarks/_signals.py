@@ -25,6 +25,9 @@ import keras
 from keras_gradmon import GradientMonitorOptimizer
 
 HUNDRED = {"every_n_steps": 100, "histogram_every_n_steps": None}
+#: The defaults (every 100, histograms every 1,000, update ratios), spelled
+#: out (an empty dict means unwrapped).
+DEFAULTS = {"every_n_steps": 100}
 CLIP = {"method": "global_norm", "max_norm": 1.0}
 ACCUMULATE = {"gradient_accumulation_steps": 2}
 

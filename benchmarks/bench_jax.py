@@ -32,7 +32,7 @@ import time
 import jax
 import keras
 from _models import MODELS
-from _signals import HUNDRED, SIGNAL_TARGETS, SIGNAL_VARIANTS, make_optimizer
+from _signals import DEFAULTS, HUNDRED, SIGNAL_TARGETS, SIGNAL_VARIANTS, make_optimizer
 from _timing import cpu_count, format_table, interleaved_times, summarize
 
 import keras_gradmon
@@ -44,11 +44,12 @@ VARIANTS = {
     "B": (EVERY, True),
     "B-no-cb": (EVERY, False),
     "C": (HUNDRED, True),
+    "defaults": (DEFAULTS, True),
     "C-no-cb": (HUNDRED, False),
     "D": ({**HUNDRED, "histogram_every_n_steps": 100}, True),
     **SIGNAL_VARIANTS,  # issue 21's signals: see _signals.py
 }
-TARGETS = {"B": 1.30, "C": 1.02, **SIGNAL_TARGETS}
+TARGETS = {"B": 1.30, "C": 1.02, "defaults": 1.02, **SIGNAL_TARGETS}
 
 
 def fitter(variant: str, x, y, log_dir: str, batch: int):

@@ -51,6 +51,7 @@ from keras_gradmon.alerts.events import Alert
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
 from keras_gradmon.columns import GLOBAL, tag
 from keras_gradmon.hub import Hub, Recorder, check_hub, check_recorders
+from keras_gradmon.programs import Programs
 from keras_gradmon.recorders.console import progress_safe_logging
 from keras_gradmon.recorders.keras_logs import KerasLogsRecorder, LogValue
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, recording_hub
@@ -175,6 +176,18 @@ class StepTracker:
     def batch_start(self, batch: int) -> int:
         """The step the batch with index `batch` starts at."""
         return self.epoch_first + self._steps(batch)
+
+    def predicted(self) -> int:
+        """The step count after the batches counted so far this epoch.
+
+        Example:
+
+        >>> tracker = StepTracker()
+        >>> tracker.start_epoch(iterations=100); _ = tracker.batch_end(4)
+        >>> tracker.predicted()
+        105
+        """
+        return self.epoch_first + self._steps(self.done)
 
     def batch_end(self, batch: int) -> tuple[int, int]:
         """`[first, end)`: the steps run since the previous `batch_end`."""
@@ -334,11 +347,15 @@ def serialized(hook: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(hook)
     def one_at_a_time(self: Any, *args: Any, **kwargs: Any) -> Any:
-        lock = self.__dict__.setdefault("_hook_lock", threading.RLock())
-        with lock:
+        with hook_lock(self):
             return hook(self, *args, **kwargs)
 
     return one_at_a_time
+
+
+def hook_lock(callback: Any) -> threading.RLock:
+    """The lock that `serialized` hooks of `callback` hold."""
+    return callback.__dict__.setdefault("_hook_lock", threading.RLock())
 
 
 class Deferral:
@@ -411,8 +428,11 @@ class BatchReads(AsyncOnJax):
         if self._deferral.last is not None:
             self._read_batch(self._deferral.last)
 
-    @serialized
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        # Not `serialized`: a batch with nothing to read must not wait for
+        # the worker's end hook of the batch before (on JAX that wait is
+        # the step's whole overlap with the host); `_read_batch` holds the
+        # lock where it reads.
         previous = self._deferral.before(batch)
         if previous is not None:
             self._read_batch(previous)
@@ -424,6 +444,8 @@ class BatchReads(AsyncOnJax):
         self._batch_logs(logs)
 
     def _read_batch(self, batch: int) -> None:
+        """Reads for the steps up to the end of `batch`, on the training
+        thread, holding `hook_lock(self)` while it reads."""
         raise NotImplementedError
 
     def _batch_logs(self, logs: dict | None) -> None:
@@ -515,6 +537,8 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._fresh_fit = False
         self._pending = False
         self._console: contextlib.ExitStack | None = None
+        self._programs: Programs | None = None
+        self._per_call = 1
 
     @property
     def alerts(self) -> list[Alert]:
@@ -551,16 +575,51 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._steps = StepTracker(read=lambda: optimizer_step(self._monitored()))
         self._fresh_fit = True
         self._console = progress_safe_console(self)
+        model = self.model  # on JAX, each `self.model` syncs the trainer's state
+        self._programs = Programs.for_fit(model, self._monitored())
+        self._per_call = int(getattr(model, "steps_per_execution", 1) or 1)
         self._start_reads()
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         step = optimizer_step(self._monitored())
+        choosing = self._programs is not None and not self._fresh_fit
+        if choosing and self._steps.predicted() != step:
+            self._stop_choosing(step)
         if self._fresh_fit and step > 0:
             # After every `on_train_begin` (`BackupAndRestore` restores there):
             # what a restored state holds was written by the run that made it.
             self.monitor_writer.skip_recorded()
         self._fresh_fit = False
         self._steps.start_epoch(step)
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        super().on_train_batch_begin(batch, logs)  # reads the last batch first
+        if self._programs is not None:
+            self._programs.plan(self._may_be_due(batch))
+
+    def _may_be_due(self, batch: int) -> bool:
+        """Whether a step of the call that starts at `batch` can be due (an
+        epoch's first call always: it tells how many steps a batch takes)."""
+        if batch == 0 or self.monitor_writer.missed or self._pending:
+            return True
+        first = self._steps.batch_start(batch)
+        end = self._steps.batch_start(batch + self._per_call)
+        monitor = self.monitor_writer.monitor
+        scalars = monitor.schedule.any_due(first, end)
+        return scalars or monitor.histogram_schedule.any_due(first, end)
+
+    def _stop_choosing(self, step: int) -> None:
+        """The step count moved other than one a step (the host's count of
+        the last epoch was wrong): the measuring program from now on."""
+        warnings.warn(
+            f"keras_gradmon: the optimizer's step count reached {step} where "
+            f"the batches run give {self._steps.predicted()}; summaries due in "
+            "the last epoch may be missing. Measuring on every step from now on.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        Programs.uninstall(self.model)
+        self._programs = None
 
     def _batch_logs(self, logs: dict | None) -> None:
         self.monitor_writer.write_immediate()
@@ -578,12 +637,16 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         # After a look that found nothing (a skipped step delayed the
         # summary): look after every step until it shows up.
         missed = writer.missed or self._pending
-        if not (scalars or histograms or missed):
-            return
+        if scalars or histograms or missed:
+            with hook_lock(self):
+                self._read(scalars or missed, histograms or missed)
+
+    def _read(self, scalars: bool, histograms: bool) -> None:
+        writer = self.monitor_writer
         writer.claim()  # the tag scope is known from here on
         self._resolve_logs_keys()
         if self.checker is None:
-            writer.capture(scalars or missed, histograms or missed)
+            writer.capture(scalars, histograms)
             return
         before = self.checker.checked_step
         self.checker.check()
@@ -613,6 +676,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
     def on_train_end(self, logs: dict | None = None) -> None:
         if self._console is not None:
             self._console.close()
+        Programs.uninstall(self.model)
         writer = self.monitor_writer
         writer.close()
         writer.unlink(self.hub)

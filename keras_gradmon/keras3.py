@@ -43,6 +43,7 @@ from keras_gradmon.core.config import MonitorConfig
 from keras_gradmon.core.monitor import GradientMonitor
 from keras_gradmon.core.noise_scale import MicroBatches, replicas
 from keras_gradmon.core.state import ValueStore
+from keras_gradmon.schedule import measures
 from keras_gradmon.wrapping import (
     ConfigFromInner,
     MonitoredOptimizer,
@@ -257,6 +258,23 @@ class GradientMonitorOptimizer(
     def finalize_variable_values(self, var_list: list) -> None:
         self.inner_optimizer.finalize_variable_values(var_list)
 
+    @property
+    def counts_every_step(self) -> bool:
+        """Whether the step count (`iterations`) advances by exactly one at
+        each train step, so that the host knows which steps are due without
+        reading it: no step can be skipped (`skip_nonfinite`, `skip_spikes`,
+        a loss scaler inside) and no gradients are accumulated.
+
+        Example:
+
+        >>> GradientMonitorOptimizer(keras.optimizers.SGD()).counts_every_step
+        True
+        """
+        inner, monitor = self.inner_optimizer, self.monitor
+        skips = monitor.config.skip_nonfinite or monitor.signals.skipper is not None
+        accumulates = bool(getattr(inner, "gradient_accumulation_steps", None))
+        return not (skips or accumulates or loss_scale.is_loss_scaler(inner))
+
     # Where the host finds the live state ---------------------------------------
 
     def use_state(self, values: Any) -> None:
@@ -440,7 +458,11 @@ class GradientMonitorOptimizer(
         inner, monitor = self.inner_optimizer, self.monitor
         step = self._step(of)
         scale = loss_scale.current_scale(inner, of)
-        readable = summed if monitor.clip_rule else backend.barrier(summed, step)
+        # The monitor's own readers of the gradients (see `backend.barrier`),
+        # where it reads them: not in a program that measures nothing.
+        reads = measures() or monitor.works_every_step
+        barred = reads and monitor.clip_rule is None
+        readable = backend.barrier(summed, step) if barred else summed
         measured = loss_scale.unscale(readable, scale)
         parts = self._parts(grads, variables, scale, of)
         if not loss_scale.is_loss_scaler(inner):

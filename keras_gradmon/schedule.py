@@ -5,12 +5,18 @@ step to a boolean. The same `Schedule` gates the statistics inside the
 compiled train step (`due(step_tensor)`), tells the host callbacks after which
 batches a fresh summary can exist (`any_due(first, end)`), and decides when
 the activation monitor measures (`due(int)`).
+
+`measuring(False)`, while a step is traced, says that nothing is due in the
+program being traced: the host runs it only on steps it knows are not due
+(`keras_gradmon.programs`), so the monitor builds no measurement into it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -24,6 +30,39 @@ MAX_STEP = 2**63 - 1
 _CALLABLE_SCAN_LIMIT = 4096
 
 Frequency = int | Callable[[Any], Any]
+
+_MEASURING = contextvars.ContextVar("keras_gradmon_measuring", default=True)
+
+
+@contextlib.contextmanager
+def measuring(on: bool) -> Iterator[None]:
+    """Within (while a step is traced), `measuring(False)` leaves every
+    measurement out of the traced step: the program is one the host runs
+    only on steps where nothing is due. What the monitor does on every step
+    (clipping, `skip_nonfinite`, the spike and noise signals) stays in.
+
+    Example:
+
+    >>> with measuring(False):
+    ...     measures()
+    False
+    """
+    token = _MEASURING.set(bool(on))
+    try:
+        yield
+    finally:
+        _MEASURING.reset(token)
+
+
+def measures() -> bool:
+    """Whether the step being traced may measure (see `measuring`).
+
+    Example:
+
+    >>> measures()
+    True
+    """
+    return _MEASURING.get()
 
 
 def _positional_arity_ok(fn: Callable) -> bool:

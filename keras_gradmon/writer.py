@@ -418,8 +418,10 @@ class MonitorWriter:
         reading the numbers waits for the step that made them, which on JAX
         is then the thread Keras runs the batch hooks on, not training's."""
         captured, self._immediate_pending = self._immediate_pending, None
+        if captured is None:  # most batches: nothing captured since
+            return
         immediate = [r for r in self.recorders if _immediate(r)]
-        if captured is None or not immediate:
+        if not immediate:
             return
         entry = latest_entry(self.monitor.layout.history, *unpack(captured))
         if entry is None:

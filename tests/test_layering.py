@@ -19,7 +19,7 @@ ROOMS = (
     ("kernel", ("core",)),
     ("publishing", ("hub", "writer", "claims")),
     ("output", ("recorders",)),
-    ("wrappers", ("wrapping", "keras3", "legacy")),
+    ("wrappers", ("wrapping", "keras3", "legacy", "programs")),
     ("alerts", ("alerts",)),
     ("monitors", ("activations", "rl", "callbacks", "integrations", "watching",
                   "_registration", "")),

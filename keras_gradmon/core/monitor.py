@@ -76,7 +76,7 @@ from keras_gradmon.core.state import (
     VariableStore,
 )
 from keras_gradmon.naming import match_groups, unique_paths
-from keras_gradmon.schedule import Schedule
+from keras_gradmon.schedule import Schedule, measures
 
 
 class EveryStep:
@@ -337,8 +337,12 @@ class GradientMonitor(EveryStep):
                 variables' own (JAX's `stateless_apply`).
 
         Returns:
-            Whether scalars / histograms were recorded at this step.
+            Whether scalars / histograms were recorded at this step: Python
+            False for both, and nothing built, in a trace under
+            `measuring(False)`.
         """
+        if not measures():
+            return Due(False, False)
         step = ops.cast(step, backend.step_dtype())
         by_row = {i: g for g, i in zip(grads, indices) if g is not None}
         allowed = True if applied is None else applied

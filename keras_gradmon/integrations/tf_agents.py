@@ -25,7 +25,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from keras_gradmon.legacy.stepped import StepAdapter, check_int64_step, measuring
+from keras_gradmon.legacy.stepped import StepAdapter, check_int64_step
+from keras_gradmon.schedule import measuring
 from keras_gradmon.watching import wrap
 from keras_gradmon.wrapping import MonitoredOptimizer, find_monitor
 

@@ -6,9 +6,7 @@ in-step work (measure, write), left out of a trace that does not measure.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -19,14 +17,13 @@ from keras_gradmon.core.measurement import Due, Processed
 from keras_gradmon.core.monitor import GradientMonitor
 from keras_gradmon.core.noise_scale import replicas
 from keras_gradmon.legacy.graph_writer import write_recorded
+from keras_gradmon.schedule import measures
 from keras_gradmon.wrapping import (
     MonitoredOptimizer,
     check_not_monitored,
     present_rows,
     resolve_config,
 )
-
-_MEASURING = contextvars.ContextVar("keras_gradmon_measuring", default=True)
 
 
 def make_tf_variable(
@@ -53,21 +50,6 @@ def check_step(step: Any) -> tf.Variable | None:
             f"`agent.train_step_counter`) or None. Received: step={step!r}"
         )
     return step
-
-
-@contextlib.contextmanager
-def measuring(on: bool) -> Iterator[None]:
-    """Within (while a step is traced), `measuring(False)` leaves the
-    monitor out of the traced step where it has nothing to do on a step
-    that is not due: no clipping, no `skip_nonfinite`. The step is then the
-    unwrapped one, op for op. For two traced functions chosen on the host,
-    one that measures and one that does not
-    (`keras_gradmon.integrations.tf_agents.function`)."""
-    token = _MEASURING.set(bool(on))
-    try:
-        yield
-    finally:
-        _MEASURING.reset(token)
 
 
 def check_int64_step(step: Any, argument: str = "step") -> None:
@@ -141,7 +123,7 @@ class StepAdapter(MonitoredOptimizer):
         `_replicas`); not in a trace under `measuring(False)` when the
         monitor has nothing to do on a step that is not due."""
         monitor = self.monitor
-        if not _MEASURING.get() and not monitor.works_every_step:
+        if not measures() and not monitor.works_every_step:
             return Processed(list(grads), True, Due(False, False))
         with tf.name_scope(self.name):
             return monitor.process(step, grads, indices, parts=parts)

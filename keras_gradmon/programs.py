@@ -1,0 +1,153 @@
+"""Two programs of one Keras train function, chosen on the host.
+
+A monitored step that records nothing still runs the monitor's conditional,
+and its untaken branch is not free: it holds the weights the optimizer
+updates in place (on JAX, XLA copies every donated weight for it; under
+XLA on TensorFlow, the update ratio's weights before the update are zeros
+written every step). Like Levanter, which compiles a second train step
+without its hooks, `fit` here runs two programs of its train function:
+
+- the *measuring* one: the step as compiled today, the monitor's
+  conditional inside, deciding in the graph which steps record;
+- the *idle* one: the same step traced under `schedule.measuring(False)`,
+  with no measurement in it: at the defaults, the unwrapped step, op for
+  op (what the monitor does every step, such as clipping, stays).
+
+`GradientMonitorCallback` tells `Programs` before each call, from its
+host-side step count (`callbacks.StepTracker`), whether any step of that
+call can be due; only then does the measuring program run. A call nobody
+planned for (`train_on_batch`, a `fit` without the callback) runs the
+measuring program, so nothing is ever missed for want of a plan. Each
+program is traced (and compiled) on its first call: a `fit` whose every
+step is due never builds the idle one.
+
+Example:
+
+```python
+programs = Programs.install(model)     # after make_train_function()
+programs.plan(due=False)               # the next call records nothing
+logs = model.train_function(iterator)  # runs the idle program
+```
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from keras_gradmon.schedule import measuring
+
+#: The programs made for a model, kept while its measuring program is its
+#: train function (so that a second `fit` does not trace them again).
+_MADE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class Programs:
+    """`model.train_function` as two programs, the measuring one unless a
+    plan says the next call has nothing due.
+
+    Args:
+        measuring: The train function as Keras made it (it measures).
+        idle: A second train function made the same way, called (and so
+            traced) under `measuring(False)`.
+
+    Example:
+
+    >>> programs = Programs(measured_fn, idle_fn)  # doctest: +SKIP
+    >>> programs.plan(due=False); programs(iterator)  # doctest: +SKIP
+    """
+
+    def __init__(self, measuring: Any, idle: Any) -> None:
+        self.measuring = measuring
+        self.idle = idle
+        #: How many calls each program ran (the idle one, the measuring one).
+        self.calls = {"idle": 0, "measuring": 0}
+        self._plans: list[bool] = []
+
+    def plan(self, due: bool) -> None:
+        """Says whether a step of the next call can be due. Several plans
+        for one call (several callbacks) combine: idle only if none is due."""
+        self._plans.append(bool(due))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        plans, self._plans = self._plans, []
+        if not plans or any(plans):
+            self.calls["measuring"] += 1
+            return self.measuring(*args, **kwargs)
+        self.calls["idle"] += 1
+        with measuring(False):  # read while the idle program is traced
+            return self.idle(*args, **kwargs)
+
+    @classmethod
+    def install(cls, model: Any) -> Programs:
+        """Makes `model.train_function` (made by Keras's
+        `make_train_function`) the two programs; the same ones again for a
+        later `fit` of the same compiled model."""
+        current = model.train_function
+        if isinstance(current, Programs):
+            return current
+        made = _MADE.get(model)
+        if made is None or made.measuring is not current:
+            made = cls(current, _idle_function(model))
+            _MADE[model] = made
+        model.train_function = made
+        return made
+
+    @classmethod
+    def for_fit(cls, model: Any, optimizer: Any) -> Programs | None:
+        """`install`ed on `model` where the host can tell its due steps:
+        `optimizer` is `model`'s Keras 3 `GradientMonitorOptimizer` and its
+        step count advances by one each step (no step skipped, no gradient
+        accumulation, one replica); else None (one program, as compiled).
+
+        Example:
+
+        >>> Programs.for_fit(model, model.optimizer)  # doctest: +SKIP
+        """
+        from keras_gradmon.keras3 import GradientMonitorOptimizer
+
+        if not isinstance(optimizer, GradientMonitorOptimizer):
+            return None
+        strategy = getattr(model, "distribute_strategy", None)
+        replicas = getattr(strategy, "num_replicas_in_sync", 1)
+        if model.optimizer is not optimizer or replicas != 1:
+            return None
+        if not optimizer.counts_every_step or model.train_function is None:
+            return None
+        return cls.install(model)
+
+    @staticmethod
+    def uninstall(model: Any) -> None:
+        """Gives `model` back its measuring train function (after `fit`: a
+        later `train_on_batch` or `fit` without the callback measures)."""
+        current = getattr(model, "train_function", None)
+        if isinstance(current, Programs):
+            model.train_function = current.measuring
+
+
+def _idle_function(model: Any) -> Any:
+    """A second train function of `model`, made by Keras from a train step
+    of its own: JAX keys its trace cache on the function, and two `jit`s of
+    one bound `train_step` would share the measuring trace."""
+    train_step = model.train_step
+
+    def idle_step(*args: Any, **kwargs: Any) -> Any:
+        with measuring(False):
+            return train_step(*args, **kwargs)
+
+    own = model.__dict__.get("train_step", _NONE)
+    model.__dict__["train_step"] = idle_step  # read by make_train_function
+    try:
+        model.make_train_function(force=True)
+    finally:
+        if own is _NONE:
+            del model.__dict__["train_step"]
+        else:
+            model.__dict__["train_step"] = own
+    return model.train_function
+
+
+_NONE = object()
+
+
+__all__ = ["Programs"]

@@ -1,0 +1,86 @@
+"""The two programs of `fit` on JAX (`keras_gradmon.programs`): a step with
+nothing due compiles to the unwrapped step, with no copy of a weight; the
+one that measures copies the weights its untaken branch reads. Checked on
+XLA's optimized HLO, as jitted by Keras's trainer (`donate_argnums=0`)."""
+
+import re
+
+import jax
+import keras
+import numpy as np
+
+import keras_gradmon
+from keras_gradmon.programs import _MADE
+from keras_gradmon.schedule import measuring
+from tests.reference import load_events, scalar_series
+
+WEIGHT_SHAPES = {"64,32", "32", "32,32", "32,4", "4"}
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    return rng.random((256, 64), np.float32), rng.integers(0, 4, 256)
+
+
+def _model(optimizer):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+         keras.layers.Dense(32, activation="relu"), keras.layers.Dense(4)]
+    )  # fmt: skip
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=True)
+    return model
+
+
+def _weight_copies(optimizer, measures=True) -> list[str]:
+    """The weight-shaped `copy` instructions of the model's optimized train
+    step, compiled as Keras's trainer jits it."""
+    model = _model(optimizer)
+    x, y = _data()
+    model.fit(x[:32], y[:32], batch_size=32, verbose=0)  # builds the state
+    state = model._get_jax_state(
+        trainable_variables=True,
+        non_trainable_variables=True,
+        optimizer_variables=True,
+        metrics_variables=True,
+    )
+    with measuring(measures):
+        # A function of its own: JAX would reuse `fit`'s trace of the bound
+        # `train_step` (see `programs._idle_function`).
+        step = jax.jit(lambda *args: model.train_step(*args), donate_argnums=0)
+        text = step.lower(state, (x[:32], y[:32])).compile().as_text()
+    shapes = re.findall(r"= f32\[([0-9,]*)\]\{[^}]*\} copy\(", text)
+    return sorted(s for s in shapes if s in WEIGHT_SHAPES)
+
+
+def test_a_step_with_nothing_due_copies_no_weight_the_unwrapped_step_does_not():
+    plain = _weight_copies(keras.optimizers.Adam(1e-2))
+
+    def wrapped():
+        return keras_gradmon.GradientMonitorOptimizer(keras.optimizers.Adam(1e-2))
+
+    idle = _weight_copies(wrapped(), measures=False)
+    measuring_copies = _weight_copies(wrapped())
+    assert idle == plain
+    # The check can fail: the measuring program's untaken branch reads the
+    # donated weights, and XLA copies each of them.
+    assert sorted(set(measuring_copies)) == sorted(WEIGHT_SHAPES)
+
+
+def test_fit_runs_the_idle_program_and_records_the_due_steps(tmp_path):
+    x, y = _data()
+    plain = _model(keras.optimizers.Adam(1e-2))
+    plain.fit(x, y, batch_size=32, epochs=2, verbose=0)
+    optimizer = keras_gradmon.GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-2), every_n_steps=5
+    )
+    model = _model(optimizer)
+    callback = keras_gradmon.GradientMonitorCallback(str(tmp_path), alerts=False)
+    model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[callback])
+    # 16 steps: 0, 5, 10, 15 due, and step 8 starts the second epoch.
+    assert _MADE[model].calls == {"measuring": 5, "idle": 11}
+    events = load_events(str(tmp_path))
+    assert sorted(scalar_series(events, "grad_norm/global")) == [0, 5, 10, 15]
+    for want, got in zip(plain.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(got, want)

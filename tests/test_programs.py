@@ -1,0 +1,158 @@
+"""Two programs of the train function, chosen on the host
+(`keras_gradmon.programs`): during `fit` with `GradientMonitorCallback` the
+steps with nothing due run a program with no measurement in it, and what is
+recorded, and the weights, stay exactly what one program gives."""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_gradmon
+from keras_gradmon.programs import _MADE, Programs
+from keras_gradmon.schedule import measuring
+from tests.reference import histogram_series, load_events, scalar_series
+
+BATCH, STEPS_PER_EPOCH = 32, 10
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    x = rng.random((BATCH * STEPS_PER_EPOCH, 16), np.float32)
+    return x, rng.integers(0, 4, BATCH * STEPS_PER_EPOCH)
+
+
+def _model(optimizer):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((16,)), keras.layers.Dense(8, activation="relu"),
+         keras.layers.Dense(4)]
+    )  # fmt: skip
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=True)
+    return model
+
+
+def _fit(model, log_dir, epochs=2):
+    callback = keras_gradmon.GradientMonitorCallback(str(log_dir), alerts=False)
+    x, y = _data()
+    model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0, callbacks=[callback])
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A plain and a monitored model (every 4 steps, histograms every 7),
+    fitted 2 epochs of 10 steps each."""
+    x, y = _data()
+    plain = _model(keras.optimizers.Adam(1e-2))
+    plain.fit(x, y, batch_size=BATCH, epochs=2, verbose=0)
+    optimizer = keras_gradmon.GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-2), every_n_steps=4, histogram_every_n_steps=7
+    )
+    model = _model(optimizer)
+    log_dir = tmp_path_factory.mktemp("programs")
+    _fit(model, log_dir)
+    return plain, model, log_dir
+
+
+def test_weights_are_those_of_the_unwrapped_optimizer_bit_for_bit(fitted):
+    plain, model, _ = fitted
+    for want, got in zip(plain.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_due_steps_and_only_they_are_recorded(fitted):
+    _, model, log_dir = fitted
+    events = load_events(str(log_dir))
+    assert sorted(scalar_series(events, "grad_norm/global")) == [0, 4, 8, 12, 16]
+    path = model.layers[0].kernel.path
+    assert sorted(histogram_series(events, f"grad_hist/{path}")) == [0, 7, 14]
+
+
+def test_steps_with_nothing_due_run_the_idle_program(fitted):
+    _, model, _ = fitted
+    # Due: 0, 4, 7, 8, 12, 14, 16, and step 10 (an epoch's first batch).
+    assert _MADE[model].calls == {"measuring": 8, "idle": 12}
+
+
+def test_after_fit_the_model_measures_again_and_a_second_fit_reuses_both(
+    fitted, tmp_path
+):
+    _, model, _ = fitted
+    programs = _MADE[model]
+    assert model.train_function is programs.measuring
+    _fit(model, tmp_path, epochs=1)  # steps 20 to 29: 20, 21, 24, 28 due
+    assert _MADE[model] is programs
+    assert programs.calls == {"measuring": 12, "idle": 18}
+    events = load_events(str(tmp_path))
+    assert sorted(scalar_series(events, "grad_norm/global")) == [20, 24, 28]
+
+
+def test_a_call_nobody_planned_for_measures():
+    calls = []
+    both = Programs(lambda: calls.append("measuring"), lambda: calls.append("idle"))
+    both()
+    both.plan(due=False)
+    both.plan(due=True)  # two callbacks: one has something due
+    both()
+    both.plan(due=False)
+    both()
+    assert calls == ["measuring", "measuring", "idle"]
+
+
+@pytest.mark.parametrize("option", ["skip_nonfinite", "skip_spikes"])
+def test_one_program_where_a_step_can_be_skipped(option, tmp_path):
+    """A skipped step does not advance the step count, so the host cannot
+    tell the due steps: the measuring program runs every step."""
+    optimizer = keras_gradmon.GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-2), every_n_steps=4, **{option: True}
+    )
+    model = _model(optimizer)
+    _fit(model, tmp_path, epochs=1)
+    assert model not in _MADE
+    events = load_events(str(tmp_path))
+    assert sorted(scalar_series(events, "grad_norm/global")) == [0, 4, 8]
+
+
+def _hlo_ops(step, *args) -> list[str]:
+    """The opcodes of `step`'s HLO (names and parameters left out)."""
+    text = step.experimental_get_compiler_ir(*args)(stage="hlo")
+    ops = []
+    for line in text.splitlines():
+        found = re.search(r" = .*?\s([a-z][\w-]*)\(", line)
+        if found and found.group(1) != "parameter":
+            ops.append(found.group(1))
+    return sorted(ops)
+
+
+def test_the_idle_program_is_the_unwrapped_step_op_for_op():
+    """How we check it on TensorFlow: the XLA HLO of a train step traced
+    under `measuring(False)` has the opcodes of the unwrapped step's, one
+    for one (no conditional, nothing weight-sized written)."""
+    x, y = (tf.constant(a) for a in _data())
+
+    def step_of(optimizer):
+        model = _model(optimizer)
+        model.optimizer.build(model.trainable_variables)
+
+        @tf.function(jit_compile=True, autograph=False)
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = model.compute_loss(x=x, y=y, y_pred=model(x))
+            grads = tape.gradient(loss, model.trainable_variables)
+            model.optimizer.apply(grads, model.trainable_variables)
+
+        return step
+
+    plain = _hlo_ops(step_of(keras.optimizers.Adam(1e-2)), x, y)
+    def wrapped():
+        inner = keras.optimizers.Adam(1e-2)
+        return step_of(keras_gradmon.GradientMonitorOptimizer(inner))
+
+    with measuring(False):
+        idle = _hlo_ops(wrapped(), x, y)
+    measuring_ops = _hlo_ops(wrapped(), x, y)
+    assert idle == plain
+    assert "conditional" in measuring_ops and "conditional" not in idle
