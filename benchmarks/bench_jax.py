@@ -8,6 +8,8 @@ MLP 64-512-512-10 (`_models.py`) for each variant, interleaved:
                                                              Target <= 1.30x.
   B-no-cb  B without the callback (the in-step cost).
   C        every 100 steps, + callback.                      Target <= 1.02x.
+  defaults the defaults (every 100, histograms every 1,000, update ratios),
+           + callback: two programs chosen on the host.      Target <= 1.02x.
   C-no-cb  C without the callback (the in-step cost of a step not due).
   D        C + histograms every 100 steps.
 

@@ -11,6 +11,10 @@ LSTM/GRU model, ResNet50V2 at 32x32) it times epochs of `model.fit`
   B-no-cb  B without the callback (the in-step cost).        Target <= 1.25x.
   B-econ   `preset("economy")` every step + callback.        Target <= 1.12x.
   C        every 100 steps, + callback.                      Target <= 1.02x.
+  defaults the defaults (every 100, histograms every 1,000, update ratios),
+           + callback: two programs chosen on the host.      Target <= 1.02x.
+  C-no-cb  C without the callback: one program, the monitor's conditional
+           in every step.
   D        C + histograms every 100 steps.                   Target <= 1.03x.
   full     every feature: statistics every step, histograms every 100,
            groups, global-norm clipping, + callback (its first fit is the
@@ -67,6 +71,7 @@ VARIANTS = {
     "B-econ": ({"config": MonitorConfig.preset("economy"), "every_n_steps": 1}, True),
     "C": (HUNDRED, True),
     "defaults": (DEFAULTS, True),
+    "C-no-cb": (HUNDRED, False),
     "D": ({**HUNDRED, "histogram_every_n_steps": 100}, True),
     "full": (
         {
