@@ -49,6 +49,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
@@ -214,19 +215,26 @@ class Layout:
             fields.append(("update", (size,)))
         return fields
 
+    @functools.cached_property
+    def spans(self) -> dict[str, tuple[int, tuple[int, ...]]]:
+        """`{field: (start, shape)}` in the flat vector (computed once: the
+        writer asks for every summary)."""
+        spans, start = {}, 0
+        for name, shape in self.scalar_fields():
+            spans[name] = (start, shape)
+            start += math.prod(shape)
+        return spans
+
     def offset(self, field: str) -> int:
         """Where `field` starts in the flat vector."""
-        start = 0
-        for name, shape in self.scalar_fields():
-            if name == field:
-                return start
-            start += int(np.prod(shape))
-        raise KeyError(f"No scalar field {field!r} in this layout.")
+        if field not in self.spans:
+            raise KeyError(f"No scalar field {field!r} in this layout.")
+        return self.spans[field][0]
 
     @property
     def size(self) -> int:
         """The length of the flat vector."""
-        return sum(int(np.prod(shape)) for _, shape in self.scalar_fields())
+        return sum(math.prod(shape) for _, shape in self.spans.values())
 
 
 def variable_statistic(statistic: str) -> bool:
@@ -528,11 +536,11 @@ class Snapshot:
 
     def field(self, name: str) -> np.ndarray | None:
         """One field of `values` in its shape, or None if not recorded."""
-        shapes = dict(self.layout.scalar_fields())
-        if name not in shapes:
+        span = self.layout.spans.get(name)
+        if span is None:
             return None
-        start, shape = self.layout.offset(name), shapes[name]
-        return self.values[start : start + int(np.prod(shape))].reshape(shape)
+        start, shape = span
+        return self.values[start : start + math.prod(shape)].reshape(shape)
 
     @property
     def grad(self) -> np.ndarray:

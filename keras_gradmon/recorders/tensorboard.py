@@ -32,7 +32,6 @@ import itertools
 import os
 import socket
 import struct
-import sys
 import threading
 import time
 import weakref
@@ -141,10 +140,73 @@ class EventFile(EventFileWriter):
         """The event file's path."""
         return self._file_name
 
+    def add_serialized(self, event: bytes) -> None:
+        """Queues an `Event` already serialized (see `scalar_event`)."""
+        self._async_writer.write(event)
+
     def close(self) -> None:
         """Writes what is queued, ends the writing thread, closes the file."""
         _open_files.discard(self)
         super().close()
+
+
+_PLACEHOLDER = b"\xde\xad\xbe\xef"
+
+
+def scalar_head(tag: str) -> bytes:
+    """The serialized one-value `Summary` of a float32 scalar `tag` (as
+    `tf.summary.scalar` stores it: DT_FLOAT, an empty shape, the value's
+    bytes in `tensor_content`), without its last 4 bytes: the value's. A
+    summary of several tags is the concatenation of theirs (a repeated
+    field's entries, serialized one after another).
+
+    Example:
+
+    >>> head = scalar_head("loss")
+    >>> summary = summary_pb2.Summary.FromString(head + np.float32(0.5).tobytes())
+    >>> summary.value[0].tag, summary.value[0].tensor.tensor_content
+    ('loss', b'\\x00\\x00\\x00?')
+    """
+    summary = summary_pb2.Summary()
+    entry = summary.value.add(tag=tag)
+    entry.tensor.dtype = 1
+    entry.tensor.tensor_shape.SetInParent()
+    entry.tensor.tensor_content = _PLACEHOLDER
+    data = summary.SerializeToString()
+    if not data.endswith(_PLACEHOLDER):  # the value is the last field written
+        raise AssertionError(f"unexpected serialization of a scalar: {data!r}")
+    return data[: -len(_PLACEHOLDER)]
+
+
+def scalar_event(heads: Sequence[bytes], numbers: np.ndarray, step: int) -> bytes:
+    """A serialized `Event` at `step` (wall time now) whose summary holds a
+    float32 scalar per `scalar_head`: the protocol buffer's bytes put
+    together without building its hundred messages (about 30 times faster).
+
+    Example:
+
+    >>> data = scalar_event([scalar_head("a")], np.float32([2.0]), step=7)
+    >>> event = event_pb2.Event.FromString(data)
+    >>> event.step, event.summary.value[0].tag
+    (7, 'a')
+    """
+    values = numbers.astype("<f4").tobytes()
+    summary = b"".join(
+        head + values[4 * k : 4 * k + 4] for k, head in enumerate(heads)
+    )
+    header = event_pb2.Event(wall_time=time.time(), step=int(step))
+    return b"".join(
+        (header.SerializeToString(), b"\x2a", _varint(len(summary)), summary)
+    )
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
 
 
 @atexit.register
@@ -214,6 +276,7 @@ class TensorBoardRecorder:
         )
         # TensorBoard needs a tag's plugin metadata in its first event only.
         self._described: set[str] = set()
+        self._heads: dict[str, bytes] = {}  # see `scalar_head`
 
     @property
     def destination(self) -> Any:
@@ -224,18 +287,11 @@ class TensorBoardRecorder:
 
     @property
     def writer(self) -> Any:
-        """The event file (opened on first use), or the given writer. Where
-        TensorFlow is already imported, its C++ writer writes the file;
-        elsewhere TensorBoard's event-file writer does, its records' CRC32C
-        computed in C (`recorders.records`), not in Python."""
+        """The event file (opened on first use: TensorBoard's event-file
+        writer, its records' CRC32C computed in C), or the given writer."""
         with self._lock:
             if self._writer is None:
-                if "tensorflow" in sys.modules:
-                    import tensorflow as tf
-
-                    self._writer = tf.summary.create_file_writer(self.log_dir)
-                else:
-                    self._writer = EventFile(self.log_dir)
+                self._writer = EventFile(self.log_dir)
             return self._writer
 
     def write_scalars(self, values: Mapping[str, float], step: int) -> None:
@@ -243,6 +299,11 @@ class TensorBoardRecorder:
         with np.errstate(over="ignore"):  # beyond float32: inf, as in TensorFlow
             numbers = np.asarray(list(values.values()), dtype=np.float32)
         with self._lock:
+            writer = self.writer
+            if isinstance(writer, EventFile) and self._described.issuperset(values):
+                heads = [self._head(tag) for tag in values]
+                writer.add_serialized(scalar_event(heads, numbers, step))
+                return
             summary = summary_pb2.Summary()
             for tag, number in zip(values, numbers):
                 entry = summary.value.add(tag=tag)
@@ -278,6 +339,12 @@ class TensorBoardRecorder:
             )
             self._describe(entry, self._text_metadata)
             self._write(summary, step)
+
+    def _head(self, tag: str) -> bytes:
+        head = self._heads.get(tag)
+        if head is None:
+            head = self._heads[tag] = scalar_head(tag)
+        return head
 
     def _describe(self, entry: Any, metadata: Any) -> None:
         if entry.tag not in self._described:
