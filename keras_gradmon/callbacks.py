@@ -177,18 +177,6 @@ class StepTracker:
         """The step the batch with index `batch` starts at."""
         return self.epoch_first + self._steps(batch)
 
-    def predicted(self) -> int:
-        """The step count after the batches counted so far this epoch.
-
-        Example:
-
-        >>> tracker = StepTracker()
-        >>> tracker.start_epoch(iterations=100); _ = tracker.batch_end(4)
-        >>> tracker.predicted()
-        105
-        """
-        return self.epoch_first + self._steps(self.done)
-
     def batch_end(self, batch: int) -> tuple[int, int]:
         """`[first, end)`: the steps run since the previous `batch_end`."""
         if self.done == 0 and self.read is not None:
@@ -581,10 +569,9 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._start_reads()
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        # The host's count starts again from the optimizer's here (a last
+        # call of `steps_per_execution` batches may have run fewer).
         step = optimizer_step(self._monitored())
-        choosing = self._programs is not None and not self._fresh_fit
-        if choosing and self._steps.predicted() != step:
-            self._stop_choosing(step)
         if self._fresh_fit and step > 0:
             # After every `on_train_begin` (`BackupAndRestore` restores there):
             # what a restored state holds was written by the run that made it.
@@ -607,19 +594,6 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         monitor = self.monitor_writer.monitor
         scalars = monitor.schedule.any_due(first, end)
         return scalars or monitor.histogram_schedule.any_due(first, end)
-
-    def _stop_choosing(self, step: int) -> None:
-        """The step count moved other than one a step (the host's count of
-        the last epoch was wrong): the measuring program from now on."""
-        warnings.warn(
-            f"keras_gradmon: the optimizer's step count reached {step} where "
-            f"the batches run give {self._steps.predicted()}; summaries due in "
-            "the last epoch may be missing. Measuring on every step from now on.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        Programs.uninstall(self.model)
-        self._programs = None
 
     def _batch_logs(self, logs: dict | None) -> None:
         self.monitor_writer.write_immediate()

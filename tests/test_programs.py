@@ -156,3 +156,24 @@ def test_the_idle_program_is_the_unwrapped_step_op_for_op():
     measuring_ops = _hlo_ops(wrapped(), x, y)
     assert idle == plain
     assert "conditional" in measuring_ops and "conditional" not in idle
+
+
+def test_several_steps_a_call_measure_where_one_of_them_is_due(tmp_path):
+    """With `steps_per_execution=4` a call runs up to 4 steps: the
+    measuring program runs for a call that holds a due step (every 6: 0, 6,
+    12, 18), the idle one for steps [8, 10) and [14, 18) (epochs of 10
+    steps: calls [0, 4), [4, 8), [8, 10), then [10, 14), [14, 18), [18, 20))."""
+    optimizer = keras_gradmon.GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-2), every_n_steps=6, histogram_every_n_steps=None
+    )
+    model = _model(optimizer)
+    model.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+        steps_per_execution=4,
+    )
+    _fit(model, tmp_path, epochs=2)
+    assert _MADE[model].calls == {"measuring": 4, "idle": 2}
+    events = load_events(str(tmp_path))
+    assert sorted(scalar_series(events, "grad_norm/global")) == [0, 6, 12, 18]
