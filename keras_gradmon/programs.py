@@ -32,14 +32,15 @@ logs = model.train_function(iterator)  # runs the idle program
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from keras_gradmon.schedule import measuring
 
-#: The programs made for a model, kept while its measuring program is its
-#: train function (so that a second `fit` does not trace them again).
-_MADE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Where a model keeps the programs made for it (in its `__dict__`, out of
+#: Keras's tracking), so that a second `fit` does not trace them again. On
+#: the model, not in a weak-keyed table: the programs refer to the model,
+#: and such a table would keep it, and its optimizer, alive for ever.
+_ATTRIBUTE = "_keras_gradmon_programs"
 
 
 class Programs:
@@ -86,12 +87,23 @@ class Programs:
         current = model.train_function
         if isinstance(current, Programs):
             return current
-        made = _MADE.get(model)
+        made = cls.made_for(model)
         if made is None or made.measuring is not current:
             made = cls(current, _idle_function(model))
-            _MADE[model] = made
+            model.__dict__[_ATTRIBUTE] = made
         model.train_function = made
         return made
+
+    @staticmethod
+    def made_for(model: Any) -> Programs | None:
+        """The programs last installed on `model`, or None.
+
+        Example:
+
+        >>> Programs.made_for(model).calls  # doctest: +SKIP
+        {'idle': 12, 'measuring': 8}
+        """
+        return model.__dict__.get(_ATTRIBUTE)
 
     @classmethod
     def for_fit(cls, model: Any, optimizer: Any) -> Programs | None:

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import keras_gradmon
-from keras_gradmon.programs import _MADE, Programs
+from keras_gradmon.programs import Programs
 from keras_gradmon.schedule import measuring
 from tests.reference import histogram_series, load_events, scalar_series
 
@@ -74,17 +74,17 @@ def test_the_due_steps_and_only_they_are_recorded(fitted):
 def test_steps_with_nothing_due_run_the_idle_program(fitted):
     _, model, _ = fitted
     # Due: 0, 4, 7, 8, 12, 14, 16, and step 10 (an epoch's first batch).
-    assert _MADE[model].calls == {"measuring": 8, "idle": 12}
+    assert Programs.made_for(model).calls == {"measuring": 8, "idle": 12}
 
 
 def test_after_fit_the_model_measures_again_and_a_second_fit_reuses_both(
     fitted, tmp_path
 ):
     _, model, _ = fitted
-    programs = _MADE[model]
+    programs = Programs.made_for(model)
     assert model.train_function is programs.measuring
     _fit(model, tmp_path, epochs=1)  # steps 20 to 29: 20, 21, 24, 28 due
-    assert _MADE[model] is programs
+    assert Programs.made_for(model) is programs
     assert programs.calls == {"measuring": 12, "idle": 18}
     events = load_events(str(tmp_path))
     assert sorted(scalar_series(events, "grad_norm/global")) == [20, 24, 28]
@@ -111,7 +111,7 @@ def test_one_program_where_a_step_can_be_skipped(option, tmp_path):
     )
     model = _model(optimizer)
     _fit(model, tmp_path, epochs=1)
-    assert model not in _MADE
+    assert Programs.made_for(model) is None
     events = load_events(str(tmp_path))
     assert sorted(scalar_series(events, "grad_norm/global")) == [0, 4, 8]
 
@@ -174,6 +174,6 @@ def test_several_steps_a_call_measure_where_one_of_them_is_due(tmp_path):
         steps_per_execution=4,
     )
     _fit(model, tmp_path, epochs=2)
-    assert _MADE[model].calls == {"measuring": 4, "idle": 2}
+    assert Programs.made_for(model).calls == {"measuring": 4, "idle": 2}
     events = load_events(str(tmp_path))
     assert sorted(scalar_series(events, "grad_norm/global")) == [0, 6, 12, 18]

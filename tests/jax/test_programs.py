@@ -10,7 +10,7 @@ import keras
 import numpy as np
 
 import keras_gradmon
-from keras_gradmon.programs import _MADE
+from keras_gradmon.programs import Programs
 from keras_gradmon.schedule import measuring
 from tests.reference import load_events, scalar_series
 
@@ -79,7 +79,7 @@ def test_fit_runs_the_idle_program_and_records_the_due_steps(tmp_path):
     callback = keras_gradmon.GradientMonitorCallback(str(tmp_path), alerts=False)
     model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[callback])
     # 16 steps: 0, 5, 10, 15 due, and step 8 starts the second epoch.
-    assert _MADE[model].calls == {"measuring": 5, "idle": 11}
+    assert Programs.made_for(model).calls == {"measuring": 5, "idle": 11}
     events = load_events(str(tmp_path))
     assert sorted(scalar_series(events, "grad_norm/global")) == [0, 5, 10, 15]
     for want, got in zip(plain.get_weights(), model.get_weights()):
