@@ -22,18 +22,13 @@ demo: $(STAMP)
 # Keras picks its backend once per process, so their tests and the JAX
 # backend's (tests/jax) run in processes of their own.
 # Each process runs its tests on both cores (pytest-xdist, a test file per
-# worker at a time: the fixtures a file shares are built once). The JAX and
-# the tf-agents processes run side by side (their workers leave the cores
-# idle while they import and compile); the JAX output follows the other.
+# worker at a time: the fixtures a file shares are built once).
 XDIST := -n 2 --dist loadfile
 test: $(STAMP)
 	$(PY) -m ruff check .
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q $(XDIST) --ignore=tests/agents
-	log=$$(mktemp); \
-	KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q $(XDIST) tests/jax >$$log 2>&1 & jax=$$!; \
-	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q $(XDIST) tests/agents; agents=$$?; \
-	wait $$jax; jax=$$?; cat $$log; rm -f $$log; \
-	test $$agents -eq 0 && test $$jax -eq 0
+	KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q $(XDIST) tests/jax
+	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q $(XDIST) tests/agents
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

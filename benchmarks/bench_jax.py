@@ -11,6 +11,8 @@ MLP 64-512-512-10 (`_models.py`) for each variant, interleaved:
   defaults the defaults (every 100, histograms every 1,000, update ratios),
            + callback: two programs chosen on the host.      Target <= 1.02x.
   C-no-cb  C without the callback (the in-step cost of a step not due).
+  B-no-cb-no-update, B-no-cb-grads: B-no-cb without the update ratios, and
+           with the gradients' statistics only (where the in-step time goes).
   D        C + histograms every 100 steps.
 
 `first fit` is each variant's first fit of a single batch on a fresh
@@ -48,6 +50,11 @@ VARIANTS = {
     "C": (HUNDRED, True),
     "defaults": (DEFAULTS, True),
     "C-no-cb": (HUNDRED, False),
+    "B-no-cb-no-update": ({**EVERY, "update_statistics": False}, False),
+    "B-no-cb-grads": (
+        {**EVERY, "weight_statistics": False, "update_statistics": False},
+        False,
+    ),
     "D": ({**HUNDRED, "histogram_every_n_steps": 100}, True),
     **SIGNAL_VARIANTS,  # issue 21's signals: see _signals.py
 }
