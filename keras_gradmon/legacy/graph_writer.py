@@ -43,20 +43,11 @@ from keras_gradmon import claims
 from keras_gradmon.backend.tensorflow import in_xla_context, run_if
 from keras_gradmon.core.measurement import Due
 from keras_gradmon.core.monitor import GradientMonitor
-from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, varint
 
 #: `Summary.value` (field 1) and `Summary.Value.tensor` (field 8), both
 #: length-delimited: their protobuf keys.
 _VALUE_KEY, _TENSOR_KEY = b"\x0a", b"\x42"
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def tensor_head(dtype: int, shape: Sequence[int], size: int) -> bytes:
@@ -83,8 +74,8 @@ def value_head(
     """The encoding of one `Summary.value` entry up to its value's `size`
     raw bytes: tag, metadata and the head of its tensor (`tensor_head`)."""
     value = summary_pb2.Summary.Value(tag=tag, metadata=metadata).SerializeToString()
-    inner = value + _TENSOR_KEY + _varint(len(tensor) + size) + tensor
-    return _VALUE_KEY + _varint(len(inner) + size) + inner
+    inner = value + _TENSOR_KEY + varint(len(tensor) + size) + tensor
+    return _VALUE_KEY + varint(len(inner) + size) + inner
 
 
 def packed_summary(

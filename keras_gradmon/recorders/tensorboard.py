@@ -196,11 +196,19 @@ def scalar_event(heads: Sequence[bytes], numbers: np.ndarray, step: int) -> byte
     )
     header = event_pb2.Event(wall_time=time.time(), step=int(step))
     return b"".join(
-        (header.SerializeToString(), b"\x2a", _varint(len(summary)), summary)
+        (header.SerializeToString(), b"\x2a", varint(len(summary)), summary)
     )
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """`n` as a protocol buffer varint (a length or a key's number), for the
+    summaries serialized by hand (here and in the legacy in-graph writer).
+
+    Example:
+
+    >>> varint(300)
+    b'\\xac\\x02'
+    """
     out = bytearray()
     while True:
         low, n = n & 0x7F, n >> 7
