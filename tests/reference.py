@@ -108,6 +108,16 @@ def hard_cases() -> list[np.ndarray]:
     ]
 
 
+def alone_cases() -> list[np.ndarray]:
+    """`hard_cases` at 192 elements (3 blocks of 64: each its own matrix in
+    `batched_statistics`, reshaped and reduced without a mask first), one
+    whose 3 shift samples are all NaN, and a small tensor packed beside."""
+    held = [np.resize(v, [3, 64]) for v in hard_cases() if v.size]
+    samples_nan = np.full([192], 5.0, np.float32)
+    samples_nan[[0, 96, 191]] = np.nan
+    return [*held, samples_nan, np.array([1.0, -2.0, 0.0], np.float32)]
+
+
 def load_events(log_dir: str) -> event_accumulator.EventAccumulator:
     """All scalars, tensors and histograms under `log_dir`, read by TensorBoard."""
     files = glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))

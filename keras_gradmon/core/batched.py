@@ -7,7 +7,10 @@ Python control flow on tensor values, so it compiles under XLA.
   element) to whole blocks, form one `[blocks, block]` matrix
   (`static_layout`, a `BlockLayout` of NumPy constants; tensors whose size
   is known only at run time share a second matrix whose layout the
-  TensorFlow backend computes with tensors, `dynamic_layout`).
+  TensorFlow backend computes with tensors, `dynamic_layout`). With
+  `unpack_large` (a program that measures every step), a large tensor
+  (`layout_groups`) is a matrix of its own instead, reshaped, not copied
+  (`prepare_alone`), and its first pass takes no mask (`_alone_statistics`).
 - The shared pass (`Reductions`): reduced by rows, then by tensor with
   segment ids, in float32 (float64 if any tensor is), it takes the counts
   and the reductions the requested statistics need
@@ -86,9 +89,12 @@ def compute_dtype(tensors: Sequence[Tensor]) -> str:
     return "float64" if "float64" in dtypes else "float32"
 
 
-def prepare(tensors: Sequence[Tensor]) -> tuple[Tensor, BlockLayout]:
-    """The dense `tensors` as one NaN-padded `[blocks, block]` matrix (float32,
-    float64 if any is), with a spare all-NaN block, and its layout.
+def prepare(
+    tensors: Sequence[Tensor], dtype: str | None = None
+) -> tuple[Tensor, BlockLayout]:
+    """The dense `tensors` as one NaN-padded `[blocks, block]` matrix (in
+    `dtype`, by default float32, float64 if any is), with a spare all-NaN
+    block, and its layout.
 
     Example:
 
@@ -96,7 +102,7 @@ def prepare(tensors: Sequence[Tensor]) -> tuple[Tensor, BlockLayout]:
     >>> tuple(matrix.shape), layout.count
     ((4, 64), 2)
     """
-    dtype = compute_dtype(tensors)
+    dtype = dtype or compute_dtype(tensors)
     sizes = [backend.num_elements(t) for t in tensors]
     if None in sizes:
         matrix, fields = backend.dynamic_matrix(tensors, dtype, _BLOCKS, _MIN_BLOCK)
@@ -111,18 +117,59 @@ def prepare(tensors: Sequence[Tensor]) -> tuple[Tensor, BlockLayout]:
     return ops.reshape(ops.concatenate(parts, 0), [-1, layout.block]), layout
 
 
+def alone_block(size: int | None) -> int | None:
+    """The block of a tensor of `size` elements that is its own matrix: the
+    largest power of 2 from 64 to 2048 dividing it, so that the matrix is
+    the tensor reshaped, not copied; None if there is none (or no size).
+
+    Example:
+
+    >>> alone_block(512 * 512), alone_block(5120), alone_block(10)
+    (2048, 1024, None)
+    """
+    if not size:
+        return None
+    block = int(np.gcd(size, _MAX_BLOCK))
+    return block if block >= _MIN_BLOCK else None
+
+
+def prepare_alone(tensor: Tensor, dtype: str) -> tuple[Tensor, BlockLayout]:
+    """One tensor of a size `alone_block` divides, as its own `[blocks,
+    block]` matrix: a reshape (and a cast if not in `dtype`), no padding and
+    no spare block.
+
+    Example:
+
+    >>> matrix, layout = prepare_alone(ops.ones([8, 512]), "float32")
+    >>> tuple(matrix.shape), layout.segments.tolist()
+    ((2, 2048), [0, 0])
+    """
+    size = backend.num_elements(tensor)
+    block = alone_block(size)
+    samples = np.array([[0, size // 2, size - 1]], np.int64)
+    segments = np.zeros(size // block, "i4")
+    pads = np.zeros(1, "i4")
+    layout = BlockLayout(1, block, np.array([size]), pads, samples, segments)
+    return ops.reshape(ops.cast(tensor, dtype), [-1, block]), layout
+
+
 def by_layout(
     tensors: Sequence[Any],
     compute: Callable[[Tensor, BlockLayout], tuple[Tensor, ...]],
+    alone: Callable[[list, Callable[[], tuple]], tuple[Tensor, ...]] | None = None,
 ) -> tuple[Tensor, ...]:
-    """`compute(matrix, layout)` of the tensors of static size together and
-    of the others together, rows back in the order of `tensors`.
+    """`compute(matrix, layout)` of groups of the tensors, rows back in the
+    order of `tensors`: the tensors of static size together, those of a
+    size known only at run time together. With `alone`, the large tensors
+    (`layout_groups`) are instead `alone(pieces, packed)`: `pieces` is the
+    `prepare_alone` of each, `packed()` is `compute` of them packed.
 
     Args:
         tensors: Floating tensors or `tf.IndexedSlices` (densified), at
             least one.
         compute: Returns tensors whose row `i` belongs to tensor `i` of the
             layout.
+        alone: Returns the same rows for the large tensors, in order.
 
     Example:
 
@@ -131,16 +178,59 @@ def by_layout(
     [3]
     """
     dense = [densify(t) for t in tensors]
-    known = [backend.num_elements(t) is not None for t in dense]
-    groups = [[i for i, k in enumerate(known) if k == want] for want in (True, False)]
-    groups = [g for g in groups if g]
-    results = [compute(*prepare([dense[i] for i in g])) for g in groups]
+    dtype = compute_dtype(dense)
+    lone, groups = layout_groups([backend.num_elements(t) for t in dense])
+    if alone is None:
+        lone, groups = [], _packed_groups(dense)
+    results = [compute(*prepare([dense[i] for i in g], dtype)) for g in groups]
+    if lone:
+        lonely = [dense[i] for i in lone]
+        pieces = [prepare_alone(t, dtype) for t in lonely]
+        results.append(alone(pieces, lambda: compute(*prepare(lonely, dtype))))
     if len(results) == 1:
         return results[0]
-    order = np.argsort(np.concatenate(groups)).astype("i4")
+    order = np.argsort(np.concatenate([*groups, lone]).astype("i4")).astype("i4")
     return tuple(
         ops.take(ops.concatenate(parts, 0), order, 0) for parts in zip(*results)
     )
+
+
+def _packed_groups(dense: Sequence[Tensor]) -> list[list[int]]:
+    """The tensors of static size, and the others: each group packed."""
+    known = [backend.num_elements(t) is not None for t in dense]
+    groups = [[i for i, k in enumerate(known) if k == want] for want in (True, False)]
+    return [g for g in groups if g]
+
+
+#: A tensor of at least 1/_ALONE of all the elements is its own matrix.
+_ALONE = 32
+
+
+def layout_groups(sizes: Sequence[int | None]) -> tuple[list[int], list[list[int]]]:
+    """Which tensors of `sizes` (None: known only at run time) are their own
+    matrix, and the groups packed into one: those of static size, then the
+    others. A tensor is alone when it holds at least 1/32 of the elements
+    and `alone_block` divides it: packing copies every element, so the
+    large tensors, most of them, are reduced where they lie (at most 32
+    matrices, whatever the number of tensors).
+
+    Example:
+
+    >>> layout_groups([512 * 512, 10, 512, None])
+    ([0], [[1, 2], [3]])
+    """
+    total = sum(s for s in sizes if s is not None)
+    alone = [
+        i
+        for i, s in enumerate(sizes)
+        if s is not None and s * _ALONE >= total and alone_block(s)
+    ]
+    rest = [i for i in range(len(sizes)) if i not in alone]
+    groups = [
+        [i for i in rest if sizes[i] is not None],
+        [i for i in rest if sizes[i] is None],
+    ]
+    return alone, [g for g in groups if g]
 
 
 def dynamic_layout(sizes: Sequence[Tensor]) -> BlockLayout:
@@ -175,11 +265,16 @@ def per_block(values: Tensor, layout: BlockLayout) -> Tensor:
     return ops.take(ops.pad(values, [[0, 1]]), layout.segments, 0)[:, None]
 
 
-def extremes(x: Tensor, finite: Tensor, layout: BlockLayout, k=None) -> tuple:
-    """Min and max by tensor, non-finite elements replaced by k (or +-inf)."""
+def extremes(x: Tensor, finite: Tensor | None, layout: BlockLayout, k=None) -> tuple:
+    """Min and max by tensor, non-finite elements replaced by k (or +-inf);
+    `finite` None: of every element as it is."""
     inf = float("inf")
-    low = ops.min(ops.where(finite, x, inf if k is None else k), axis=1)
-    high = ops.max(ops.where(finite, x, -inf if k is None else k), axis=1)
+    if finite is not None:
+        x_low = ops.where(finite, x, inf if k is None else k)
+        x, high_x = x_low, ops.where(finite, x, -inf if k is None else k)
+    else:
+        high_x = x
+    low, high = ops.min(x, axis=1), ops.max(high_x, axis=1)
     low = per_tensor(low, layout, _segment_min)
     return low, per_tensor(high, layout, ops.segment_max)
 
@@ -195,8 +290,15 @@ def _shift(x: Tensor, layout: BlockLayout) -> tuple[Tensor, Tensor]:
     return ops.where(found > 0, middle, ops.zeros_like(middle)), found > 0
 
 
-def _counts(x: Tensor, finite: Tensor, layout: BlockLayout) -> tuple:
-    """Finite (in x's dtype), non-finite and zero elements by tensor."""
+def _counts(x: Tensor, finite: Tensor | None, layout: BlockLayout) -> tuple:
+    """Finite (in x's dtype), non-finite and zero elements by tensor;
+    `finite` None: every element taken as finite (`Reductions`)."""
+    if finite is None:
+        # 1 per non-zero element, without a compare (XLA:CPU then fuses it
+        # into the reduction instead of writing a mask): exact in float32.
+        nonzero = ops.sum(ops.ceil(ops.minimum(ops.abs(x), 1.0)), axis=1)
+        zeros = layout.sizes - per_tensor(ops.cast(nonzero, "int32"), layout)
+        return ops.cast(layout.sizes, x.dtype), ops.zeros_like(zeros), zeros
     zero = ops.where(x == 0, 1.0, 0.0)
     code = ops.sum(ops.where(finite, zero, _NONFINITE), axis=1)
     nonfinite = ops.floor(code / _NONFINITE)
@@ -206,14 +308,35 @@ def _counts(x: Tensor, finite: Tensor, layout: BlockLayout) -> tuple:
     return ops.cast(layout.sizes - nonfinite, x.dtype), nonfinite, totals[:, 1]
 
 
-def _sums(terms: Mapping[str, Tensor], finite: Tensor, layout: BlockLayout) -> dict:
-    """Each of `terms` summed over the finite elements by tensor, together."""
+def _sums(
+    terms: Mapping[str, Tensor], finite: Tensor | None, layout: BlockLayout
+) -> dict:
+    """Each of `terms` summed over the finite elements by tensor, together
+    (`finite` None: over every element)."""
     names = list(terms)
     if not names:
         return {}
-    sums = [ops.sum(ops.where(finite, terms[n], 0.0), axis=1) for n in names]
+    if finite is None:
+        sums = [ops.sum(terms[n], axis=1) for n in names]
+    else:
+        sums = [ops.sum(ops.where(finite, terms[n], 0.0), axis=1) for n in names]
     sums = per_tensor(ops.stack(sums, 1), layout)
     return {n: sums[:, i] for i, n in enumerate(names)}
+
+
+#: The per-tensor values of `Reductions` (those it took).
+_PER_TENSOR = (
+    "count",
+    "n",
+    "nonfinite",
+    "zeros",
+    "shift",
+    "found",
+    "low",
+    "high",
+    "sum",
+    "sq",
+)
 
 
 class Reductions:
@@ -230,6 +353,10 @@ class Reductions:
         sum, sq: Sums of the finite elements and of their squares ("sum",
             "sq"), less the shift if "shift" is needed.
         terms: `{name: sum}` of the statistics' own element-wise terms.
+
+    With `masked=False` every element is taken as finite, without a mask:
+    right only where `sane` holds (a non-finite element makes "sum" NaN or
+    Inf); for a tensor alone, unpadded (`prepare_alone`).
     """
 
     def __init__(
@@ -238,8 +365,9 @@ class Reductions:
         layout: BlockLayout,
         needs: set[str],
         terms: Mapping[str, Callable[[Tensor], Tensor]],
+        masked: bool = True,
     ) -> None:
-        finite = ops.isfinite(x)
+        finite = ops.isfinite(x) if masked else None
         self.sizes, self.dtype = layout.sizes, x.dtype
         self.count, self.nonfinite, self.zeros = _counts(x, finite, layout)
         self.n = ops.maximum(self.count, 1.0)
@@ -256,6 +384,37 @@ class Reductions:
         sums = _sums(named, finite, layout)
         self.sum, self.sq = sums.get("sum"), sums.get("sq")
         self.terms = {n: sums[f"term:{n}"] for n in terms}
+
+    @classmethod
+    def joined(cls, parts: Sequence[Reductions]) -> Reductions:
+        """The reductions of several layouts (taken alike) as one, their
+        tensors in order."""
+        if len(parts) == 1:
+            return parts[0]
+        r, first = cls.__new__(cls), parts[0]
+        r.sizes = np.concatenate([p.sizes for p in parts])
+        r.dtype, r.shifted = first.dtype, first.shifted
+        r.has_extremes = first.has_extremes
+        for name in _PER_TENSOR:
+            values = [getattr(p, name, None) for p in parts]
+            joined = None if values[0] is None else ops.concatenate(values, 0)
+            setattr(r, name, joined)
+        r.terms = {
+            n: ops.concatenate([p.terms[n] for p in parts], 0) for n in first.terms
+        }
+        return r
+
+    @property
+    def sane(self) -> Tensor:
+        """Whether every reduction is finite: with `masked=False` and "sum"
+        needed, whether every element was (or a sum overflowed)."""
+        values = [self.sum, self.sq, *self.terms.values()]
+        if self.has_extremes:
+            values += [self.low, self.high]
+        values = [v for v in values if v is not None]
+        if not values:
+            return ops.convert_to_tensor(True)
+        return ops.all(ops.isfinite(ops.stack(values, 0)))
 
     @property
     def tiny(self) -> float:
@@ -356,6 +515,7 @@ class Careful:
 def batched_statistics(
     tensors: Sequence[Any],
     names: Sequence[str] = STATISTICS,
+    unpack_large: bool = False,
 ) -> Tensor:
     """The statistics of each tensor, as rows of one matrix.
 
@@ -367,6 +527,11 @@ def batched_statistics(
             run time together too, with a layout computed at run time.
         names: Which statistics to compute: registered names
             (`keras_gradmon.core.statistics`), usually of `STATISTICS`.
+        unpack_large: Reduce each large tensor where it lies, without a
+            mask, unless an element is not finite (`layout_groups`,
+            `_alone_statistics`): about 30% less time a call, more to
+            compile (XLA compiles each such tensor's reductions apart), so
+            for a program that measures at every step.
 
     Returns:
         A float32 `[len(tensors), len(columns)]` matrix, `columns` being
@@ -385,7 +550,10 @@ def batched_statistics(
     if not tensors:
         return ops.zeros([0, len(columns)], "float32")
     compute = functools.partial(_statistics, columns=columns, names=set(names))
-    [rows] = by_layout(tensors, compute)
+    alone = None
+    if unpack_large:
+        alone = functools.partial(_alone_statistics, columns=columns, names=set(names))
+    [rows] = by_layout(tensors, compute, alone)
     return rows
 
 
@@ -395,7 +563,7 @@ def _statistics(
     """`batched_statistics` of the tensors of one layout, as a 1-tuple: the
     statistics `names` and, free, the others of `columns` their reductions
     serve (their rows are flagged for the careful path too)."""
-    needs = set().union(*(s.reductions for s in columns if s.name in names))
+    needs = _needs(columns, names)
     computed = [s for s in columns if s.reductions <= needs]
     terms = {s.name: s.term for s in computed if s.term is not None}
     r = Reductions(x, layout, needs, terms)
@@ -407,6 +575,38 @@ def _statistics(
         recompute = functools.partial(_careful, x, layout, r, careful, fast, rows)
         values.update(backend.cond(ops.any(rows), recompute, lambda: fast))
     return (_finish(values, r, computed, columns, names),)
+
+
+def _alone_statistics(
+    pieces: list,
+    packed: Callable[[], tuple],
+    columns: Sequence[Statistic],
+    names: set[str],
+) -> tuple:
+    """`_statistics` of the large tensors, each its own unpadded matrix
+    (`pieces`), reduced without a NaN mask: XLA:CPU's reductions read their
+    input written out, so a mask costs a write and a read of every element.
+    Right unless an element is not finite (then a sum is NaN or Inf: not
+    `Reductions.sane`) or a row needs the careful path: then one
+    conditional takes `packed()`, the masked pass of them packed."""
+    needs = _needs(columns, names)
+    computed = [s for s in columns if s.reductions <= needs]
+    terms = {s.name: s.term for s in computed if s.term is not None}
+    # Unmasked, the sum also tells whether every element was finite.
+    r = Reductions.joined(
+        [Reductions(x, lay, needs | {"sum"}, terms, False) for x, lay in pieces]
+    )
+    values = {s.name: s.fast(r) for s in computed}
+    careful = [s for s in computed if s.careful is not None]
+    fast_careful = {s.name: values[s.name] for s in careful}
+    trusted = r.sane & ~ops.any(_untrusted(r, careful, fast_careful))
+    fast = _finish(values, r, computed, columns, names)
+    return (backend.cond(trusted, lambda: fast, lambda: packed()[0]),)
+
+
+def _needs(columns: Sequence[Statistic], names: set[str]) -> set[str]:
+    """The reductions the statistics `names` need."""
+    return set().union(*(s.reductions for s in columns if s.name in names))
 
 
 def _untrusted(r: Reductions, careful: list, fast: dict) -> Tensor:
@@ -489,9 +689,7 @@ def _bucket_counts(x: Tensor, layout: BlockLayout, buckets: int) -> tuple:
     return counts, ops.cast(ops.stack([low, high], 1), "float32")
 
 
-def tensor_statistics(
-    x: Any, names: Sequence[str] = STATISTICS
-) -> dict[str, Tensor]:
+def tensor_statistics(x: Any, names: Sequence[str] = STATISTICS) -> dict[str, Tensor]:
     """Statistics of all elements of `x`, as float32 scalar tensors.
 
     Args:
@@ -517,9 +715,7 @@ def tensor_statistics(
     return {name: row[columns.index(name)] for name in names}
 
 
-def stack_statistics(
-    x: Any, names: Sequence[str] = STATISTICS
-) -> Tensor:
+def stack_statistics(x: Any, names: Sequence[str] = STATISTICS) -> Tensor:
     """The statistics of `x` as a float32 vector in `STATISTICS` order (then
     the other registered statistics of `names`, as `registry.columns`);
     statistics not in `names` are not computed and read NaN.
@@ -534,6 +730,7 @@ def stack_statistics(
 
 
 # L2 norms of many tensors together -------------------------------------------
+
 
 def combine_norms(norms: Any) -> Tensor:
     """L2 norm of the concatenation of tensors, given each tensor's L2 norm.

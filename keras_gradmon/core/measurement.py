@@ -43,9 +43,7 @@ def stack_totals(values: Mapping[str, Tensor | float]) -> Tensor:
     unknown = sorted(set(values) - set(TOTALS))
     if unknown:
         raise KeyError(f"No total named {unknown[0]!r}; totals: {list(TOTALS)}.")
-    return ops.stack(
-        [ops.cast(values.get(name, _NAN), "float32") for name in TOTALS]
-    )
+    return ops.stack([ops.cast(values.get(name, _NAN), "float32") for name in TOTALS])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +123,10 @@ class Processed:
 
 
 def statistics_matrices(
-    parts: Sequence[Mapping[int, Tensor]], rows: int, names: Sequence[str]
+    parts: Sequence[Mapping[int, Tensor]],
+    rows: int,
+    names: Sequence[str],
+    unpack_large: bool = False,
 ) -> list[Tensor]:
     """For each of `parts` (the gradients, the weights): `[rows,
     len(STATISTICS) + 1]`, the statistics of `part[i]` in row `i` and a
@@ -133,11 +134,12 @@ def statistics_matrices(
     in one batched program: its size does not grow with the number of
     tensors, so one call costs about half of two at trace and run time. The
     norm and the non-finite count are always computed (they feed the group
-    and global numbers); the other statistics only when in `names`."""
+    and global numbers); the other statistics only when in `names`.
+    `unpack_large`: as for `batched_statistics`."""
     names = sorted({"norm", "nonfinite", *names}, key=STATISTICS.index)
     orders = [sorted(part) for part in parts]
     tensors = [part[i] for part, order in zip(parts, orders) for i in order]
-    computed = batched_statistics(tensors, names)
+    computed = batched_statistics(tensors, names, unpack_large)
     matrices, start = [], 0
     for order in orders:
         rows_of_part = computed[start : start + len(order)]
@@ -232,6 +234,7 @@ def scalar_measurement(
     names: Sequence[str],
     members: Sequence[Sequence[int]],
     extra: Mapping[str, Tensor | float],
+    unpack_large: bool = False,
 ) -> Measurement:
     """The scalar statistics of one step: per variable, per group, global.
 
@@ -245,9 +248,11 @@ def scalar_measurement(
         extra: The totals that come from elsewhere, by name: the clip
             numbers, `skipped_steps`, `loss_scale` and the every-step
             signals'.
+        unpack_large: As for `batched_statistics`: for a program that
+            measures at every step.
     """
     parts = [grads] if weights is None else [grads, weights]
-    grad, *weight_part = statistics_matrices(parts, count, names)
+    grad, *weight_part = statistics_matrices(parts, count, names, unpack_large)
     grad_total, grad_groups = combined_norms(grad, members)
     weight = ratio = None
     weight_total, weight_groups = _zero(), ops.zeros_like(grad_groups)

@@ -464,6 +464,8 @@ class GradientMonitor(EveryStep):
             self.config.statistics,
             list(self.group_members.values()),
             totals,
+            # Measuring every step, the faster pass is worth its compile time.
+            unpack_large=self.schedule.always,
         )
         return self.state.record(values, inputs.step, measurement)
 

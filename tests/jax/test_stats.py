@@ -19,6 +19,7 @@ from keras_gradmon.core import statistics as registry
 from tests.jax.cases import BUCKETS, NORM_CASES, as_dtype, held, statistic_cases
 from tests.jax.processes import run_python
 from tests.reference import (
+    alone_cases,
     assert_rows_close,
     assert_statistics_close,
     flush_subnormals,
@@ -46,6 +47,18 @@ def test_statistics_match_float64_reference(cases):
     for row, name in zip(rows, cases):
         want = reference_statistics(held(name, cases[name], ops))
         assert_statistics_close(dict(zip(STATISTICS, row)), want)
+
+
+def test_large_tensors_alone_match_reference():
+    # Each its own matrix, reduced without a mask; a non-finite element
+    # takes the masked pass.
+    values = alone_cases()
+    assert batched.layout_groups([v.size for v in values])[0] == list(
+        range(len(values) - 1)
+    )
+    compute = jax.jit(lambda ts: batched.batched_statistics(ts, unpack_large=True))
+    rows = compute([jnp.asarray(v) for v in values])
+    assert_rows_close(np.asarray(rows), values)
 
 
 batches = st.lists(

@@ -1,3 +1,4 @@
+import functools
 import re
 
 import numpy as np
@@ -17,7 +18,12 @@ from keras_gradmon.core.batched import (
 )
 from keras_gradmon.core.histogram import bucket_counts
 from tests.conftest import compile_fn
-from tests.reference import assert_rows_close, flush_subnormals, hard_cases
+from tests.reference import (
+    alone_cases,
+    assert_rows_close,
+    flush_subnormals,
+    hard_cases,
+)
 from tests.strategies import arrays
 
 # Squares that overflow float32 (1e30, 3e38) or underflow (1e-30), and a
@@ -83,6 +89,32 @@ def test_single_and_many_tensors(mode):
     for held in ([many[3]], many):
         rows = _run(batched_statistics, mode, [tf.constant(v) for v in held])
         assert_rows_close(rows.numpy(), held)
+
+
+def test_large_tensors_alone_match_reference(mode):
+    held = alone_cases()
+    alone, packed = batched.layout_groups([v.size for v in held])
+    assert alone == list(range(len(held) - 1)) and packed == [[len(held) - 1]]
+    unpacked = functools.partial(batched_statistics, unpack_large=True)
+    rows = _run(unpacked, mode, [tf.constant(v) for v in held]).numpy()
+    assert_rows_close(rows, held)
+    counts, ranges = _run(
+        lambda ts: batched_bucket_counts(ts, 7), mode, [tf.constant(v) for v in held]
+    )
+    for i, v in enumerate(held):
+        expected_counts, expected_range = bucket_counts(tf.constant(v), 7)
+        np.testing.assert_array_equal(counts[i], expected_counts)
+        np.testing.assert_array_equal(ranges[i], expected_range)
+
+
+def test_layout_groups():
+    # 1/32 of the elements and a block of 64..2048 dividing the size: alone.
+    assert batched.layout_groups([1024, 64, 63, None]) == ([0, 1], [[2], [3]])
+    assert batched.layout_groups([64 * 40, 64]) == ([0], [[1]])  # 64 < 2624/32
+    assert batched.layout_groups([None]) == ([], [[0]])
+    assert [batched.alone_block(n) for n in (0, 96, 128, 3 * 4096)] == [
+        None, None, 128, 2048
+    ]
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float64])
