@@ -98,6 +98,10 @@ def divide(x: jax.Array, divisor: jax.Array) -> jax.Array:
     return x / (divisor + x * 0.0)
 
 
+#: `keras_gradmon.backend.unmasked_pays`.
+UNMASKED_PAYS = True
+
+
 def wide_float() -> str:
     """float64 where `jax_enable_x64` is on, else float32.
 

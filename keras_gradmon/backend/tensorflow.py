@@ -283,6 +283,10 @@ def divide(x: tf.Tensor, divisor: tf.Tensor) -> tf.Tensor:
     return x / divisor
 
 
+#: `keras_gradmon.backend.unmasked_pays`.
+UNMASKED_PAYS = False
+
+
 def wide_float() -> str:
     """float64."""
     return "float64"

@@ -529,9 +529,10 @@ def batched_statistics(
             (`keras_gradmon.core.statistics`), usually of `STATISTICS`.
         unpack_large: Reduce each large tensor where it lies, without a
             mask, unless an element is not finite (`layout_groups`,
-            `_alone_statistics`): about 30% less time a call, more to
-            compile (XLA compiles each such tensor's reductions apart), so
-            for a program that measures at every step.
+            `_alone_statistics`): about 30% less time a call on JAX,
+            more to compile (XLA compiles each such tensor's reductions
+            apart), so for a program that measures at every step
+            (`keras_gradmon.backend.unmasked_pays`).
 
     Returns:
         A float32 `[len(tensors), len(columns)]` matrix, `columns` being

@@ -464,8 +464,8 @@ class GradientMonitor(EveryStep):
             self.config.statistics,
             list(self.group_members.values()),
             totals,
-            # Measuring every step, the faster pass is worth its compile time.
-            unpack_large=self.schedule.always,
+            # Measuring every step, the faster pass may be worth its compile.
+            unpack_large=self.schedule.always and backend.unmasked_pays(),
         )
         return self.state.record(values, inputs.step, measurement)
 
