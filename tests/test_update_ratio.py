@@ -83,3 +83,27 @@ def test_skipped_step_records_a_ratio_of_zero():
     _, found = _recorded(optimizer)
     assert found == {"a": 0.0, "b": 0.0, "global": 0.0}  # nothing moved
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(variables[0]), weights[0])
+
+
+def test_many_variables_take_the_batched_norms():
+    # Past 32 small variables beside the large ones, their norms are one
+    # batched program (keras_gradmon.core.signals._norms): the same ratios.
+    from keras_gradmon.core.signals import update_ratios
+
+    rng = np.random.default_rng(4)
+    old = [rng.normal(size=(64, 64)).astype("f4")]
+    old += [rng.normal(size=(3, 1 + k % 5)).astype("f4") for k in range(40)]
+    old[7][0, 0] = np.nan  # not finite: NaN, as a variable reduced alone
+    new = [w - 1e-3 * rng.normal(size=w.shape).astype("f4") for w in old]
+    new[9][1, 0] = np.inf
+    rows = len(old)
+    got = update_ratios(dict(enumerate(old)), dict(enumerate(new)), rows, [])
+    got = np.asarray(got)
+    for i, (a, b) in enumerate(zip(old, new)):
+        a, b = np.float64(a), np.float64(b)
+        if not (np.isfinite(a).all() and np.isfinite(b).all()):
+            assert np.isnan(got[i]), i
+            continue
+        expected = np.linalg.norm(b - a) / np.linalg.norm(a)
+        assert got[i] == pytest.approx(expected, rel=1e-5), i
+    assert np.isnan(got[rows])  # the global ratio: a NaN part makes it NaN

@@ -446,6 +446,12 @@ class GradientMonitor(EveryStep):
             return dict(given)
         return {i: ops.convert_to_tensor(v) for i, v in enumerate(self.variables)}
 
+    @property
+    def _unpack_large(self) -> bool:
+        """Whether the statistics take `batched_statistics`'s unmasked pass:
+        measuring every step, where it pays for its compile time."""
+        return self.schedule.always and backend.unmasked_pays()
+
     def _statistics(self, inputs: Inputs, values: dict) -> dict:
         """`values` with this step's scalar statistics pushed."""
         values = dict(values)
@@ -464,8 +470,7 @@ class GradientMonitor(EveryStep):
             self.config.statistics,
             list(self.group_members.values()),
             totals,
-            # Measuring every step, the faster pass may be worth its compile.
-            unpack_large=self.schedule.always and backend.unmasked_pays(),
+            unpack_large=self._unpack_large,
         )
         return self.state.record(values, inputs.step, measurement)
 

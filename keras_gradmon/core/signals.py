@@ -86,10 +86,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from keras import ops
 
 from keras_gradmon import backend
-from keras_gradmon.core.batched import combine_norms
+from keras_gradmon.columns import STATISTICS
+from keras_gradmon.core.batched import (
+    batched_statistics,
+    combine_norms,
+    layout_groups,
+)
 from keras_gradmon.core.measurement import ClipOutcome
 from keras_gradmon.validation import fail, switch_option
 
@@ -325,8 +331,12 @@ def update_ratios(
     members: Sequence[Sequence[int]],
 ) -> Any:
     """`[rows + len(members) + 1]` float32: each variable's ratio (by row;
-    NaN for a row not in `old`, or whose weights had a norm of 0), each
-    group's (over its rows in `old`), then the global one.
+    NaN for a row not in `old`, or whose weights had a norm of 0 or a
+    non-finite element, or whose update had one), each group's (over its
+    rows in `old`), then the global one.
+
+    The norms are each a reduction of its own for the large tensors (or
+    all, if few), the others' one batched program (`_norms`).
 
     Args:
         old: The weights before the update, by row.
@@ -335,29 +345,62 @@ def update_ratios(
         members: The rows of each group.
     """
     order = sorted(old)
-    # Plain float32 norms: a small program (weights and updates do not come
-    # near float32's limit, and a non-finite one reads NaN, left out).
-    moved = ops.stack([_norm(_wide(new[i]) - _wide(old[i])) for i in order])
-    size = ops.stack([_norm(_wide(old[i])) for i in order])
+    moves = [_wide(new[i]) - _wide(old[i]) for i in order]
+    norms = _norms(moves + [_wide(old[i]) for i in order])
+    moved, size = norms[: len(order)], norms[len(order) :]
     position = {i: k for k, i in enumerate(order)}
-    per_row = [_ratio(moved[position[i]], size[position[i]]) for i in order]
-    placed = [per_row[position[i]] if i in position else _NAN for i in range(rows)]
+    ratios = ops.concatenate([_ratio(moved, size), ops.full([1], _NAN)], 0)
+    placed = ops.take(ratios, [position.get(i, len(order)) for i in range(rows)], 0)
     combined = [
         _combined_ratio(moved, size, [position[i] for i in group if i in position])
         for group in members
     ]
     combined.append(_combined_ratio(moved, size, list(range(len(order)))))
-    return ops.stack([ops.cast(x, "float32") for x in placed + combined])
+    combined = ops.stack([ops.cast(x, "float32") for x in combined])
+    return ops.concatenate([ops.cast(placed, "float32"), combined], 0)
+
+
+#: The statistics `_norms` reads, and their columns.
+_NORMS = ("norm", "nonfinite")
+_NORM, _NONFINITE = (STATISTICS.index(name) for name in _NORMS)
+#: Up to this many tensors besides the large ones, each is reduced alone.
+_FEW = 32
+
+
+def _norms(tensors: list) -> Any:
+    """The L2 norm of each of `tensors` in float32, NaN
+    where an element is not finite. A reduction of its own for each large
+    tensor (`layout_groups`: at most 32), and for the others if at most 32:
+    fastest to run; the others, if more, by one batched program
+    (`batched_statistics`, its size not growing with their number): a
+    model of hundreds of variables would otherwise compile hundreds of
+    kernels (about 10 s of MobileNetV3Small's XLA compile)."""
+    large, _ = layout_groups([backend.num_elements(t) for t in tensors])
+    rest = [i for i in range(len(tensors)) if i not in large]
+    alone = large + rest if len(rest) <= _FEW else large
+    packed = [i for i in range(len(tensors)) if i not in alone]
+    parts = []
+    if alone:
+        plain = [ops.cast(_plain_norm(tensors[i]), "float32") for i in alone]
+        parts.append(ops.stack(plain))
+    if packed:
+        rows = batched_statistics([tensors[i] for i in packed], _NORMS)
+        parts.append(ops.where(rows[:, _NONFINITE] == 0, rows[:, _NORM], _NAN))
+    order = np.argsort(alone + packed).astype("int32")
+    return ops.take(ops.concatenate(parts, 0), order, 0)
+
+
+def _plain_norm(value: Any) -> Any:
+    """The plain float32 norm (weights and updates do not come near
+    float32's limit), NaN if not finite (as for the batched ones)."""
+    norm = ops.sqrt(ops.sum(ops.square(value)))
+    return ops.where(ops.isfinite(norm), norm, _NAN)
 
 
 def _wide(value: Any) -> Any:
     """`value` in float32 at least, so that the difference is exact enough."""
     value = ops.convert_to_tensor(value)
     return value if value.dtype == "float64" else ops.cast(value, "float32")
-
-
-def _norm(value: Any) -> Any:
-    return ops.sqrt(ops.sum(ops.square(value)))
 
 
 def _ratio(moved: Any, size: Any) -> Any:
