@@ -21,6 +21,14 @@ measuring program, so nothing is ever missed for want of a plan. Each
 program is traced (and compiled) on its first call: a `fit` whose every
 step is due never builds the idle one.
 
+The idle program is a second compile of about the plain step's size, which
+only a long run pays back. So, like a tiered JIT, the measuring program
+runs every call until the run has lasted, after its first call, as long as
+that first call took (its trace and compile: `Programs.patience` times
+it): a run shorter than its compile never compiles the idle program, and a
+longer one spends at most about that long in steps that carry the
+conditional without need.
+
 Example:
 
 ```python
@@ -32,6 +40,7 @@ logs = model.train_function(iterator)  # runs the idle program
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from keras_gradmon.schedule import measuring
@@ -58,11 +67,18 @@ class Programs:
     >>> programs.plan(due=False); programs(iterator)  # doctest: +SKIP
     """
 
+    #: How long the measuring program runs every call before the idle one
+    #: may, in multiples of the first call's time (0: from the second call).
+    patience: float = 1.0
+
     def __init__(self, measuring: Any, idle: Any) -> None:
         self.measuring = measuring
         self.idle = idle
         #: How many calls each program ran (the idle one, the measuring one).
         self.calls = {"idle": 0, "measuring": 0}
+        #: From when (`time.monotonic()`) the idle program may run: None
+        #: before the first call.
+        self.idle_from: float | None = None
         self._plans: list[bool] = []
 
     def plan(self, due: bool) -> None:
@@ -72,12 +88,21 @@ class Programs:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         plans, self._plans = self._plans, []
-        if not plans or any(plans):
-            self.calls["measuring"] += 1
-            return self.measuring(*args, **kwargs)
-        self.calls["idle"] += 1
-        with measuring(False):  # read while the idle program is traced
-            return self.idle(*args, **kwargs)
+        if plans and not any(plans) and self._idle_ready():
+            self.calls["idle"] += 1
+            with measuring(False):  # read while the idle program is traced
+                return self.idle(*args, **kwargs)
+        self.calls["measuring"] += 1
+        start = time.monotonic()
+        result = self.measuring(*args, **kwargs)
+        if self.idle_from is None:
+            now = time.monotonic()
+            self.idle_from = now + self.patience * (now - start)
+        return result
+
+    def _idle_ready(self) -> bool:
+        """Whether the run has lasted long enough for the idle program."""
+        return self.idle_from is not None and time.monotonic() >= self.idle_from
 
     @classmethod
     def install(cls, model: Any) -> Programs:

@@ -4,6 +4,7 @@ steps with nothing due run a program with no measurement in it, and what is
 recorded, and the weights, stay exactly what one program gives."""
 
 import re
+import time
 
 import keras
 import numpy as np
@@ -39,6 +40,15 @@ def _fit(model, log_dir, epochs=2):
     callback = keras_gradmon.GradientMonitorCallback(str(log_dir), alerts=False)
     x, y = _data()
     model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0, callbacks=[callback])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def impatient():
+    """The idle program from the second call (its default waits until the
+    run has lasted as long as the first call: longer than these fits)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Programs, "patience", 0.0)
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +110,42 @@ def test_a_call_nobody_planned_for_measures():
     both.plan(due=False)
     both()
     assert calls == ["measuring", "measuring", "idle"]
+
+
+def test_the_idle_program_waits_until_the_run_has_lasted_its_first_call(
+    monkeypatch,
+):
+    monkeypatch.setattr(Programs, "patience", 1.0)
+    calls = []
+
+    def measure():
+        if not calls:
+            time.sleep(0.2)  # the first call: a trace and a compile
+        calls.append("measuring")
+
+    both = Programs(measure, lambda: calls.append("idle"))
+    for _ in range(3):
+        both.plan(due=False)
+        both()
+    # Not yet 0.2 s since the first call ended: the measuring program.
+    assert calls == ["measuring"] * 3 and both.calls["idle"] == 0
+    time.sleep(max(both.idle_from - time.monotonic(), 0.0) + 0.01)
+    both.plan(due=False)
+    both()
+    assert calls[-1] == "idle"
+
+
+def test_a_fit_shorter_than_its_compile_builds_one_program(tmp_path, monkeypatch):
+    monkeypatch.setattr(Programs, "patience", 1.0)
+    optimizer = keras_gradmon.GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-2), every_n_steps=4
+    )
+    model = _model(optimizer)
+    _fit(model, tmp_path)
+    programs = Programs.made_for(model)
+    assert programs.calls == {"measuring": 20, "idle": 0}
+    events = load_events(str(tmp_path))
+    assert sorted(scalar_series(events, "grad_norm/global")) == [0, 4, 8, 12, 16]
 
 
 @pytest.mark.parametrize("option", ["skip_nonfinite", "skip_spikes"])

@@ -68,7 +68,9 @@ def test_a_step_with_nothing_due_copies_no_weight_the_unwrapped_step_does_not():
     assert sorted(set(measuring_copies)) == sorted(WEIGHT_SHAPES)
 
 
-def test_fit_runs_the_idle_program_and_records_the_due_steps(tmp_path):
+def test_fit_runs_the_idle_program_and_records_the_due_steps(tmp_path, monkeypatch):
+    # From the second call (by default, once the run has lasted its compile).
+    monkeypatch.setattr(Programs, "patience", 0.0)
     x, y = _data()
     plain = _model(keras.optimizers.Adam(1e-2))
     plain.fit(x, y, batch_size=32, epochs=2, verbose=0)
