@@ -83,6 +83,27 @@ def test_host_choice_trains_and_records_as_common_function(tmp_path):
     assert optimizer.snapshot().step == 6
 
 
+def test_host_choice_reads_the_steps_only_near_a_due_step(tmp_path):
+    # A read waits for the previous step: only the calls near a due step
+    # read (and every 64th); the due steps still measure.
+    agent, optimizer = make_agent(True, every_n_steps=50, histogram_every_n_steps=None)
+    train = gradmon_agents.function(agent.train)
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    batch = make_batch()
+    with writer.as_default():
+        for _ in range(52):
+            train(batch)
+    writer.flush()
+    assert sorted(scalar_series(load_events(str(tmp_path)), "grad_norm/global")) == [
+        0,
+        50,
+    ]
+    # Calls 1 (step 0) and 2 (just after a due step); call 51, the first
+    # whose reach from call 2's read holds step 50, and call 52 (just after).
+    assert train.reads == 4
+    assert optimizer.snapshot().step == 50
+
+
 def test_host_choice_traces_the_monitor_out_of_steps_not_due():
     agent, _ = make_agent(True, every_n_steps=100)
     train = gradmon_agents.function(agent.train)
