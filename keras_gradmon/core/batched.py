@@ -179,9 +179,8 @@ def by_layout(
     """
     dense = [densify(t) for t in tensors]
     dtype = compute_dtype(dense)
-    lone, groups = layout_groups([backend.num_elements(t) for t in dense])
-    if alone is None:
-        lone, groups = [], _packed_groups(dense)
+    sizes = [backend.num_elements(t) for t in dense]
+    lone, groups = layout_groups(sizes, unpack=alone is not None)
     results = [compute(*prepare([dense[i] for i in g], dtype)) for g in groups]
     if lone:
         lonely = [dense[i] for i in lone]
@@ -195,24 +194,19 @@ def by_layout(
     )
 
 
-def _packed_groups(dense: Sequence[Tensor]) -> list[list[int]]:
-    """The tensors of static size, and the others: each group packed."""
-    known = [backend.num_elements(t) is not None for t in dense]
-    groups = [[i for i, k in enumerate(known) if k == want] for want in (True, False)]
-    return [g for g in groups if g]
-
-
 #: A tensor of at least 1/_ALONE of all the elements is its own matrix.
 _ALONE = 32
 
 
-def layout_groups(sizes: Sequence[int | None]) -> tuple[list[int], list[list[int]]]:
+def layout_groups(
+    sizes: Sequence[int | None], unpack: bool = True
+) -> tuple[list[int], list[list[int]]]:
     """Which tensors of `sizes` (None: known only at run time) are their own
-    matrix, and the groups packed into one: those of static size, then the
-    others. A tensor is alone when it holds at least 1/32 of the elements
-    and `alone_block` divides it: packing copies every element, so the
-    large tensors, most of them, are reduced where they lie (at most 32
-    matrices, whatever the number of tensors).
+    matrix (none unless `unpack`), and the groups packed into one: those of
+    static size, then the others. A tensor is alone when it holds at least
+    1/32 of the elements and `alone_block` divides it: packing copies every
+    element, so the large tensors, most of them, are reduced where they lie
+    (at most 32 matrices, whatever the number of tensors).
 
     Example:
 
@@ -223,7 +217,7 @@ def layout_groups(sizes: Sequence[int | None]) -> tuple[list[int], list[list[int
     alone = [
         i
         for i, s in enumerate(sizes)
-        if s is not None and s * _ALONE >= total and alone_block(s)
+        if unpack and s is not None and s * _ALONE >= total and alone_block(s)
     ]
     rest = [i for i in range(len(sizes)) if i not in alone]
     groups = [
@@ -562,9 +556,7 @@ def _statistics(
     """`batched_statistics` of the tensors of one layout, as a 1-tuple: the
     statistics `names` and, free, the others of `columns` their reductions
     serve (their rows are flagged for the careful path too)."""
-    needs = _needs(columns, names)
-    computed = [s for s in columns if s.reductions <= needs]
-    terms = {s.name: s.term for s in computed if s.term is not None}
+    needs, computed, terms = _served(columns, names)
     r = Reductions(x, layout, needs, terms)
     values = {s.name: s.fast(r) for s in computed}
     careful = [s for s in computed if s.careful is not None]
@@ -588,9 +580,7 @@ def _alone_statistics(
     Right unless an element is not finite (then a sum is NaN or Inf: not
     `Reductions.sane`) or a row needs the careful path: then one
     conditional takes `packed()`, the masked pass of them packed."""
-    needs = _needs(columns, names)
-    computed = [s for s in columns if s.reductions <= needs]
-    terms = {s.name: s.term for s in computed if s.term is not None}
+    needs, computed, terms = _served(columns, names)
     # Unmasked, the sum also tells whether every element was finite.
     r = Reductions.joined(
         [Reductions(x, lay, needs | {"sum"}, terms, False) for x, lay in pieces]
@@ -603,9 +593,13 @@ def _alone_statistics(
     return (backend.cond(trusted, lambda: fast, lambda: packed()[0]),)
 
 
-def _needs(columns: Sequence[Statistic], names: set[str]) -> set[str]:
-    """The reductions the statistics `names` need."""
-    return set().union(*(s.reductions for s in columns if s.name in names))
+def _served(columns: Sequence[Statistic], names: set[str]) -> tuple:
+    """The reductions the statistics `names` need, the statistics of
+    `columns` those serve, and their element-wise terms by name."""
+    needs = set().union(*(s.reductions for s in columns if s.name in names))
+    computed = [s for s in columns if s.reductions <= needs]
+    terms = {s.name: s.term for s in computed if s.term is not None}
+    return needs, computed, terms
 
 
 def _untrusted(r: Reductions, careful: list, fast: dict) -> Tensor:

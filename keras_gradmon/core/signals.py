@@ -368,8 +368,8 @@ _FEW = 32
 
 
 def _norms(tensors: list) -> Any:
-    """The L2 norm of each of `tensors` in float32, NaN
-    where an element is not finite. A reduction of its own for each large
+    """The L2 norm of each of `tensors` in float32, NaN where an element
+    is not finite. A reduction of its own for each large
     tensor (`layout_groups`: at most 32), and for the others if at most 32:
     fastest to run; the others, if more, by one batched program
     (`batched_statistics`, its size not growing with their number): a
@@ -377,8 +377,7 @@ def _norms(tensors: list) -> Any:
     kernels (about 10 s of MobileNetV3Small's XLA compile)."""
     large, _ = layout_groups([backend.num_elements(t) for t in tensors])
     rest = [i for i in range(len(tensors)) if i not in large]
-    alone = large + rest if len(rest) <= _FEW else large
-    packed = [i for i in range(len(tensors)) if i not in alone]
+    alone, packed = (large + rest, []) if len(rest) <= _FEW else (large, rest)
     parts = []
     if alone:
         plain = [ops.cast(_plain_norm(tensors[i]), "float32") for i in alone]
