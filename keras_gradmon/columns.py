@@ -23,11 +23,13 @@ The TensorBoard tag scheme: the one table of what a monitor writes, and the
 parser that reads its tags back (for the report).
 
 Tags put the statistic first so that TensorBoard groups cards by statistic:
-`grad_norm/global`, `grad_norm/<group>`, `grad_<stat>/<variable path>`,
-`weight_<stat>/...`, `grad_to_weight/<path>`, `clip/pre_norm`,
-`skipped/steps`, `loss_scale/scale`, `grad_hist/<path>`, `weight_hist/<path>`
-(see docs/tags.md). With a tag scope every tag becomes
-`<statistic>/<scope>/<subject>`.
+`grad_norm/global`, `grad_norm/<group>`, `clip/pre_norm`, `skipped/steps`,
+`loss_scale/scale`, `grad_hist/<path>`, `weight_hist/<path>` (see
+docs/tags.md). With a tag scope every tag becomes
+`<statistic>/<scope>/<subject>`. The per-variable numbers are one `Table` a
+step (`keras_gradmon/variables`), or with `per_variable_scalars` the tags
+`grad_<stat>/<variable path>`, `weight_<stat>/...`, `grad_to_weight/<path>`,
+`update_ratio/<path>`.
 
 `TagTable.build` makes the table once, when the monitor is built: each scalar
 tag with its index in the flat vector of `MonitorState` (see
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
@@ -86,6 +89,7 @@ FEATURES: tuple[str, ...] = (
     "always",
     "weights",  # weight statistics (`weight_statistics`)
     "per_variable",  # per-variable numbers (`per_variable`)
+    "per_variable_scalars",  # ... as scalar tags, not a table
     "updates",  # update/weight ratios (`update_statistics`)
     "clip",  # a clipping rule
     "skip",  # steps may be skipped (`skip_nonfinite`, a loss scaler, spikes)
@@ -327,6 +331,8 @@ class ScalarTag:
         needs_grad: Written only when variable `row` had a gradient.
         optional: Left out when its value is not finite (the ratio to a
             weight norm of 0).
+        column: Its statistic, for a per-variable number (`row` >= 0): its
+            column in the step's `Table`.
     """
 
     tag: str
@@ -334,6 +340,7 @@ class ScalarTag:
     row: int = -1
     needs_grad: bool = False
     optional: bool = False
+    column: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,6 +350,143 @@ class HistogramTag:
     tag: str
     kind: str
     row: int
+
+
+#: The TensorBoard plugin whose data a `Table` is (the dashboard's): its
+#: summaries stay out of the Scalars tab.
+PLUGIN_NAME = "keras_gradmon"
+
+#: Table columns read only where the variable had a gradient (`grad_present`).
+_NEEDS_GRAD = ("grad_", "update_ratio")
+#: Table columns left out of the scalars where not finite (a weight norm of 0).
+_OPTIONAL = ("grad_to_weight", "update_ratio")
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """One step's per-variable numbers: a row per variable path, a column per
+    statistic (`grad_present`, 1.0 where the variable had a gradient, then
+    `grad_norm`, ..., `weight_norm`, ..., `grad_to_weight`, `update_ratio`).
+    Written as one tensor summary a step under `tag` (`keras_gradmon/variables`,
+    `keras_gradmon/<scope>/variables`), its row and column names in the
+    summary's metadata (`content`): a hundred per-variable numbers are one
+    entry for the writer and the dashboard, not a hundred Scalars charts.
+
+    Example:
+
+    >>> table = Table(("dense/kernel",), ("grad_present", "grad_norm"),
+    ...               np.float32([[1.0, 0.5]]))
+    >>> table.tag, table.scalars()
+    ('keras_gradmon/variables', {'grad_norm/dense/kernel': 0.5})
+    >>> Table.from_content(table.content(), table.values) == table
+    True
+    """
+
+    rows: tuple[str, ...]
+    columns: tuple[str, ...]
+    values: np.ndarray = dataclasses.field(compare=False)
+    scope: str | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Table)
+            and (self.rows, self.columns, self.scope)
+            == (other.rows, other.columns, other.scope)
+            and np.array_equal(self.values, other.values, equal_nan=True)
+        )
+
+    @property
+    def tag(self) -> str:
+        """The tag the table is written under."""
+        return tag(PLUGIN_NAME, "variables", self.scope)
+
+    def content(self) -> bytes:
+        """The summary metadata's plugin content: the names, as JSON."""
+        names = {"kind": "variables", "version": 1, "scope": self.scope}
+        names.update(rows=list(self.rows), columns=list(self.columns))
+        return json.dumps(names).encode()
+
+    @classmethod
+    def from_content(cls, content: bytes, values: Any) -> Table:
+        """The table of a summary's plugin `content` and its tensor `values`.
+
+        Raises:
+            ValueError: `content` is not a table's, or does not fit `values`.
+        """
+        try:
+            names = json.loads(content)
+            rows, columns = tuple(names["rows"]), tuple(names["columns"])
+            scope = names.get("scope")
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"not a keras_gradmon table: {content[:80]!r}") from error
+        values = np.asarray(values)
+        if values.shape != (len(rows), len(columns)):
+            raise ValueError(
+                f"a table of {len(rows)} rows and {len(columns)} columns holds "
+                f"values of shape {values.shape}"
+            )
+        return cls(rows, columns, values, scope)
+
+    def scalars(self) -> dict[str, float]:
+        """`{tag: value}` of each number as a per-variable scalar tag (what
+        `per_variable_scalars=True` writes): the `grad_*` and update ratio
+        columns only where the variable had a gradient, the ratios only
+        where finite."""
+        values = np.asarray(self.values, dtype=np.float64)
+        present = np.ones(len(self.rows), bool)
+        if "grad_present" in self.columns:
+            present = values[:, self.columns.index("grad_present")] > 0
+        out = {}
+        for row, path in enumerate(self.rows):
+            for column, name in enumerate(self.columns):
+                value = values[row, column]
+                if name == "grad_present" or (
+                    name.startswith(_NEEDS_GRAD) and not present[row]
+                ):
+                    continue
+                if name.startswith(_OPTIONAL) and not math.isfinite(value):
+                    continue
+                out[tag(name, path, self.scope)] = float(value)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSpec:
+    """Where each number of a step's `Table` sits in the flat vector.
+
+    Example:
+
+    >>> spec = TableSpec(("w",), ("grad_present", "grad_norm"), np.array([[1, 0]]))
+    >>> spec.table(np.float32([0.5, 1.0])).values.tolist()
+    [[1.0, 0.5]]
+    """
+
+    rows: tuple[str, ...]
+    columns: tuple[str, ...]
+    index: np.ndarray
+    scope: str | None = None
+
+    @classmethod
+    def of(
+        cls, scalars: Sequence[ScalarTag], paths: Sequence[str], layout: Layout,
+        scope: str | None,
+    ) -> TableSpec:
+        """The table of the per-variable `scalars` (those with a `column`)."""
+        columns = ["grad_present"]
+        columns += dict.fromkeys(s.column for s in scalars if s.column)
+        index = np.zeros((len(paths), len(columns)), np.int64)
+        width, start = len(COLUMNS), layout.offset("grad")
+        index[:, 0] = start + np.arange(len(paths)) * width + COLUMNS.index("present")
+        place = {name: k for k, name in enumerate(columns)}
+        for s in scalars:
+            if s.column:
+                index[s.row, place[s.column]] = s.index
+        return cls(tuple(paths), tuple(columns), index, scope)
+
+    def table(self, values: np.ndarray) -> Table:
+        """The table of one summary's flat vector `values`."""
+        picked = np.asarray(values, dtype=np.float32)[self.index]
+        return Table(self.rows, self.columns, picked, self.scope)
 
 
 class RowSpec(Protocol):
@@ -378,9 +522,16 @@ class TagTable:
         scalars: Sequence[ScalarTag],
         histograms: Sequence[HistogramTag],
         scope: str | None = None,
+        table: TableSpec | None = None,
     ) -> None:
         self.scope = scope
         self.scalars = tuple(scalars)
+        #: The step's per-variable `Table`, where the per-variable numbers
+        #: are written as one (None: as scalars, `per_variable_scalars`).
+        self.table = table
+        self._listed = np.array(
+            [table is None or not s.column for s in self.scalars], bool
+        )
         self._picked: dict[frozenset, TagTable] = {}
         self.histograms = tuple(histograms)
         self._tags = np.array([s.tag for s in self.scalars], dtype=object)
@@ -421,15 +572,19 @@ class TagTable:
             entries += _update_tags(per_variable, paths, groups, layout, scope)
         if per_variable:
             entries += _variable_tags(config.statistics, paths, layout, scope)
-        return cls(entries, _histogram_tags(paths, layout, scope), scope)
+        table = None
+        if "per_variable_scalars" not in features and any(e.column for e in entries):
+            table = TableSpec.of(entries, paths, layout, scope)
+        return cls(entries, _histogram_tags(paths, layout, scope), scope, table)
 
     def scalar_values(
         self, values: np.ndarray, present: np.ndarray
     ) -> dict[str, float]:
-        """`{tag: value}` of one summary: `values` is the flat vector, and
-        `present[row]` says whether variable `row` had a gradient."""
+        """`{tag: value}` of one summary's scalars (the per-variable numbers
+        in `table` aside): `values` is the flat vector, and `present[row]`
+        says whether variable `row` had a gradient."""
         picked = np.asarray(values, dtype=np.float64)[self._index]
-        keep = ~self._needs_grad | np.asarray(present, bool)[self._row]
+        keep = self._listed & (~self._needs_grad | np.asarray(present, bool)[self._row])
         keep &= ~self._optional | np.isfinite(picked)
         return dict(zip(self._tags[keep].tolist(), picked[keep].tolist()))
 
@@ -446,8 +601,13 @@ class TagTable:
 
     def graph_scalars(self, present: Collection[int]) -> list[ScalarTag]:
         """The scalar tags to write from the graph when the variables in
-        `present` have gradients (known when the step is traced)."""
-        return [s for s in self.scalars if not s.needs_grad or s.row in present]
+        `present` have gradients (known when the step is traced), the
+        per-variable numbers in `table` aside."""
+        return [
+            s
+            for s, listed in zip(self.scalars, self._listed)
+            if listed and (not s.needs_grad or s.row in present)
+        ]
 
 
 def _histogram_tags(
@@ -475,16 +635,19 @@ def _variable_tags(
     for row, path in enumerate(paths):
         for name, column in columns:
             index = grad + row * width + column
-            entries.append(
-                ScalarTag(tag(f"grad_{name}", path, scope), index, row, True)
-            )
+            name = f"grad_{name}"
+            scalar = ScalarTag(tag(name, path, scope), index, row, True, column=name)
+            entries.append(scalar)
         if weight is None:
             continue
         for name, column in columns:
             index = weight + row * width + column
-            entries.append(ScalarTag(tag(f"weight_{name}", path, scope), index, row))
+            name = f"weight_{name}"
+            entries.append(ScalarTag(tag(name, path, scope), index, row, column=name))
         name = tag("grad_to_weight", path, scope)
-        entries.append(ScalarTag(name, ratio + row, row, True, optional=True))
+        entries.append(
+            ScalarTag(name, ratio + row, row, True, True, column="grad_to_weight")
+        )
     return entries
 
 
@@ -504,7 +667,10 @@ def _update_tags(
     if per_variable:
         places += [(path, start + row, row) for row, path in enumerate(paths)]
     return [
-        ScalarTag(tag("update_ratio", subject, scope), index, row, row >= 0, True)
+        ScalarTag(
+            tag("update_ratio", subject, scope), index, row, row >= 0, True,
+            column="update_ratio" if row >= 0 else "",
+        )
         for subject, index, row in places
     ]
 

@@ -67,6 +67,10 @@ class Recorder(Protocol):
         """Writes `lines` as one text entry under `tag` at `step`."""
         ...
 
+    # Optional: `write_table(table, step)`, a step's per-variable numbers as
+    # one `keras_gradmon.columns.Table`. A recorder without it gets them as
+    # scalars (`Table.scalars()`, the per-variable tags).
+
     def flush(self) -> None:
         """Makes everything written so far visible to readers."""
         ...
@@ -91,6 +95,8 @@ class Publication:
         scalars: `{tag: value}`.
         histograms: `{tag: [k, 3] (left, right, count) rows}`.
         texts: `{tag: lines}`, each written as one text entry.
+        tables: Per-variable numbers (`keras_gradmon.columns.Table`), each
+            written with the recorder's `write_table`, or as scalars.
         metrics: `{metric: {subject: value}}`, what alert rules read
             (`AlertEngine.update`); not written by recorders.
         origin: The publishing monitor: listeners subscribed to it get only
@@ -104,6 +110,7 @@ class Publication:
     scalars: Mapping[str, float] = dataclasses.field(default_factory=dict)
     histograms: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
     texts: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
+    tables: Sequence[Any] = ()
     metrics: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     origin: Any = None
     record: bool = True
@@ -283,3 +290,9 @@ def _write(recorder: Recorder, publication: Publication) -> None:
         recorder.write_histograms(publication.histograms, step)
     for name, lines in publication.texts.items():
         recorder.write_text(name, lines, step)
+    for table in publication.tables:
+        write_table = getattr(recorder, "write_table", None)
+        if write_table is None:
+            recorder.write_scalars(table.scalars(), step)
+        else:
+            write_table(table, step)

@@ -469,13 +469,16 @@ class MonitorWriter:
     def _publish_scalars(self, snapshot: Snapshot) -> None:
         """One summary: its tags for the recorders (where this process
         writes) and its metrics for the listeners (the alert runners)."""
-        writes, monitor = self.writes, self.monitor
-        values = {}
+        writes, tags = self.writes, self.monitor.tags
+        values, tables = {}, ()
         if writes:
-            values = monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
+            values = tags.scalar_values(snapshot.values, snapshot.has_grad)
+            if tags.table is not None:
+                tables = (tags.table.table(snapshot.values),)
         metrics = summary_metrics(snapshot, self._tagged_metrics())
         self._publish(
-            snapshot.step, True, scalars=values, metrics=metrics, record=writes
+            snapshot.step, True, scalars=values, tables=tables, metrics=metrics,
+            record=writes,
         )
         self.latest = snapshot
 

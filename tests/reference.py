@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import numpy as np
@@ -118,8 +119,9 @@ def alone_cases() -> list[np.ndarray]:
     return [*held, samples_nan, np.array([1.0, -2.0, 0.0], np.float32)]
 
 
-def load_events(log_dir: str) -> event_accumulator.EventAccumulator:
-    """All scalars, tensors and histograms under `log_dir`, read by TensorBoard."""
+def load_events(log_dir: str) -> Events:
+    """All scalars, tensors and histograms under `log_dir`, read by
+    TensorBoard, each per-variable table also read as its scalar tags."""
     files = glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
     assert files, f"no event file in {log_dir}"
     accumulator = event_accumulator.EventAccumulator(
@@ -131,7 +133,69 @@ def load_events(log_dir: str) -> event_accumulator.EventAccumulator:
         },
     )
     accumulator.Reload()
-    return accumulator
+    return Events(accumulator)
+
+
+class Events:
+    """TensorBoard's `EventAccumulator` of a run, where each keras_gradmon
+    table (plugin `keras_gradmon`: a `[variables, columns]` tensor a step,
+    the names in its metadata) also reads as the scalar tags
+    `<column>/[<scope>/]<variable>` it stands for: `grad_*` and the update
+    ratio where the variable had a gradient (`grad_present`), the ratios
+    where finite. Read here with JSON and NumPy alone, apart from the
+    library's own reading. `Tags()` lists those scalar tags in the tables'
+    place; `tables` holds each table tag's names, `raw` is the accumulator
+    itself."""
+
+    def __init__(self, accumulator: event_accumulator.EventAccumulator) -> None:
+        self.raw = accumulator
+        self.tables: dict[str, dict] = {}
+        self._expanded: dict[str, list] = {}
+        for name in accumulator.Tags()["tensors"]:
+            metadata = accumulator.SummaryMetadata(name)
+            if metadata.plugin_data.plugin_name == "keras_gradmon":
+                self.tables[name] = json.loads(metadata.plugin_data.content)
+                self._expand(name, self.tables[name])
+
+    def _expand(self, name: str, names: dict) -> None:
+        from tensorboard.backend.event_processing.event_accumulator import (
+            TensorEvent,
+        )
+        from tensorboard.util import tensor_util
+
+        rows, columns, scope = names["rows"], names["columns"], names["scope"]
+        for event in self.raw.Tensors(name):
+            values = tensor_util.make_ndarray(event.tensor_proto)
+            assert values.shape == (len(rows), len(columns)), (name, values.shape)
+            for r, row in enumerate(rows):
+                present = values[r, columns.index("grad_present")] > 0
+                for c, column in enumerate(columns):
+                    value = values[r, c]
+                    needs = column.startswith(("grad_", "update_ratio"))
+                    if column == "grad_present" or (needs and not present):
+                        continue
+                    ratio = column in ("grad_to_weight", "update_ratio")
+                    if ratio and not np.isfinite(value):
+                        continue
+                    tag = f"{column}/{scope}/{row}" if scope else f"{column}/{row}"
+                    proto = tensor_util.make_tensor_proto(np.float32(value))
+                    self._expanded.setdefault(tag, []).append(
+                        TensorEvent(event.wall_time, event.step, proto)
+                    )
+
+    def Tags(self) -> dict:
+        tags = dict(self.raw.Tags())
+        listed = [t for t in tags["tensors"] if t not in self.tables]
+        tags["tensors"] = [*listed, *self._expanded]
+        return tags
+
+    def Tensors(self, tag: str) -> list:
+        if tag in self._expanded:
+            return self._expanded[tag]
+        return self.raw.Tensors(tag)
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
 
 
 def scalar_series(events, tag: str) -> dict[int, float]:

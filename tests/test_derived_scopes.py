@@ -208,9 +208,14 @@ def test_use_scope_rebuilds_the_tag_table():
     _step(optimizer, _model("solo"), 3.0)
     monitor = optimizer.monitor
     assert monitor.tags.scope is None
-    before = monitor.tags.scalar_values(*_values(optimizer))
+    values, present = _values(optimizer)
+    before = monitor.tags.scalar_values(values, present)
+    before |= monitor.tags.table.table(values).scalars()
     monitor.use_scope("solo")
-    after = monitor.tags.scalar_values(*_values(optimizer))
+    after = monitor.tags.scalar_values(values, present)
+    table = monitor.tags.table.table(values)
+    assert table.tag == "keras_gradmon/solo/variables"
+    after |= table.scalars()
     assert monitor.tags.scope == "solo"
     assert after == {
         name.replace("/", "/solo/", 1): value for name, value in before.items()

@@ -109,8 +109,12 @@ def test_one_recorder_class_gets_every_monitors_numbers(tmp_path):
     assert rows["activation_hist/hidden"] == {0: "30 buckets", 2: "30 buckets"}
     assert rows["alerts/threshold"] == {0: "1.0", 2: "1.0"}
     assert '"rule": "threshold"' in rows["alert_log/all"][0]
-    # Every scalar the CSV got, TensorBoard got too (as float32).
-    scalars = set(events.Tags()["tensors"]) - {"alert_log/all"}
+    # Every scalar the CSV got, TensorBoard got too (as float32): the
+    # per-variable ones in its table, the CSV recorder (no `write_table`)
+    # as scalars.
+    assert set(events.tables) == {"keras_gradmon/variables"}
+    assert "grad_std/mlp/hidden/kernel" in rows
+    scalars = set(events.Tags()["tensors"]) - {"alert_log/all", *events.tables}
     scalars -= {t for t in scalars if "_hist/" in t}
     assert scalars == {t for t in rows if t != "alert_log/all" and "_hist/" not in t}
     for tag in scalars:

@@ -32,7 +32,10 @@ def _trained(**options) -> GradientMonitorOptimizer:
 def test_every_value_comes_from_its_field():
     optimizer = _trained(clipping={"method": "global_norm", "max_norm": 1.0})
     snapshot = optimizer.snapshot()
-    values = optimizer.monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
+    tags = optimizer.monitor.tags
+    values = tags.scalar_values(snapshot.values, snapshot.has_grad)
+    assert not [t for t in values if t.endswith(("/a", "/b", "/c"))]
+    values |= tags.table.table(snapshot.values).scalars()
     grad, weight = snapshot.grad, snapshot.weight
     norm = COLUMNS.index("norm")
     assert values["grad_norm/global"] == pytest.approx(np.sqrt(0.25 + 4.0))
@@ -57,15 +60,36 @@ def test_scoped_and_reduced_tables():
         per_variable=True,
     )
     snapshot = optimizer.snapshot()
-    values = optimizer.monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
-    assert sorted(values) == [
+    tags = optimizer.monitor.tags
+    assert sorted(tags.scalar_values(snapshot.values, snapshot.has_grad)) == [
         "grad_missing/critic/global",
         "grad_nonfinite/critic/global",
-        "grad_norm/critic/a",
         "grad_norm/critic/ab",
-        "grad_norm/critic/b",
         "grad_norm/critic/global",
     ]
+    table = tags.table.table(snapshot.values)
+    assert table.tag == "keras_gradmon/critic/variables"
+    assert table.rows == ("a", "b", "c")
+    assert table.columns == ("grad_present", "grad_norm")
+    # c had no gradient: its row says so, its norm is NaN.
+    np.testing.assert_allclose(table.values, [[1, 0.5], [1, 2], [0, np.nan]])
+    assert sorted(table.scalars()) == ["grad_norm/critic/a", "grad_norm/critic/b"]
+
+
+def test_per_variable_scalars_are_the_table_written_tag_by_tag():
+    """`per_variable_scalars=True` writes exactly the tags and values that
+    the table stands for, and no table."""
+    options = {"clipping": {"method": "global_norm", "max_norm": 1.0}}
+    tabled = _trained(**options)
+    listed = _trained(per_variable_scalars=True, **options)
+    assert listed.monitor.tags.table is None
+    one, two = tabled.snapshot(), listed.snapshot()
+    np.testing.assert_array_equal(one.values, two.values)
+    tags = tabled.monitor.tags
+    expected = tags.scalar_values(one.values, one.has_grad)
+    expected |= tags.table.table(one.values).scalars()
+    assert listed.monitor.tags.scalar_values(two.values, two.has_grad) == expected
+    assert len(expected) == 54  # a: 18, b: 16 (no ratios: weight norm 0), c: 8
 
 
 def test_parse_reads_what_tag_writes():

@@ -22,7 +22,8 @@ from tensorboard.util import tensor_util
 from keras_gradmon.alerts import Alert
 from keras_gradmon.alerts.events import format_number
 from keras_gradmon.cli import main
-from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+from keras_gradmon.columns import Table
+from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, table_metadata
 from keras_gradmon.report.events import load_runs
 from tests.reference import histogram_series, load_events, scalar_series
 
@@ -180,6 +181,51 @@ def test_summary_values_equal_tf_summarys_byte_for_byte(tmp_path):
         assert first.metadata.plugin_data.plugin_name == PLUGINS[tag]
 
 
+def test_a_table_is_one_tensor_a_step_as_tf_summary_writes_it(tmp_path):
+    """A per-variable table: a float32 `[rows, columns]` tensor equal byte
+    for byte to `tf.summary.write`'s, plugin `keras_gradmon` (no Scalars
+    chart) with the names in its first event, read back by TensorBoard and
+    by the report as the per-variable scalar tags."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+    rows, columns = ("dense/kernel", "dense/bias"), ("grad_present", "grad_norm")
+    tables = {
+        step: Table(rows, columns, np.float32([[1, rng.lognormal()], [0, np.nan]]))
+        for step in STEPS
+    }
+    recorder = TensorBoardRecorder(tmp_path / "ours")
+    writer = tf.summary.create_file_writer(str(tmp_path / "tf"))
+    for step, table in tables.items():
+        recorder.write_table(table, step)
+        with writer.as_default():
+            tf.summary.write(
+                table.tag, table.values, step, metadata=table_metadata(table)
+            )
+    recorder.close()
+    writer.close()
+    ours, theirs = _values(tmp_path / "ours"), _values(tmp_path / "tf")
+    assert list(ours) == list(theirs) == ["keras_gradmon/variables"]
+    for (step, mine), (step_tf, written) in zip(ours[table.tag], theirs[table.tag]):
+        assert step == step_tf
+        assert mine.tensor.SerializeToString() == written.tensor.SerializeToString()
+    first, first_tf = ours[table.tag][0][1].metadata, theirs[table.tag][0][1].metadata
+    assert first.SerializeToString() == first_tf.SerializeToString()
+    assert not ours[table.tag][1][1].HasField("metadata")
+    assert json.loads(first.plugin_data.content)["rows"] == list(rows)
+
+    events = load_events(str(tmp_path / "ours"))
+    assert events.raw.Tags()["scalars"] == []  # nothing for the Scalars tab
+    assert scalar_series(events, "grad_norm/dense/kernel") == {
+        s: float(t.values[0, 1]) for s, t in tables.items()
+    }
+    (run,) = load_runs(str(tmp_path / "ours"))
+    assert sorted(run.scalars) == ["grad_norm/dense/kernel"]  # bias: no gradient
+    assert run.scalars["grad_norm/dense/kernel"] == scalar_series(
+        events, "grad_norm/dense/kernel"
+    )
+
+
 def test_a_tf_summary_writer_is_still_written_through_tensorflow(tmp_path):
     import tensorflow as tf
 
@@ -206,7 +252,8 @@ import keras_gradmon.recorders.jsonl
 import keras_gradmon.recorders.keras_logs
 import keras_gradmon.writer
 from keras_gradmon.columns import histogram_rows
-from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+from keras_gradmon.columns import Table
+from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, table_metadata
 
 closed = TensorBoardRecorder(sys.argv[1])
 closed.write_scalars({"grad_norm/global": 0.5}, 1)

@@ -29,7 +29,9 @@ def _problem(seed: int = 0) -> tuple[list, list[list]]:
 
 def _recorded(optimizer) -> tuple[int, dict]:
     snapshot = optimizer.snapshot()
-    values = optimizer.monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
+    tags = optimizer.monitor.tags
+    values = tags.scalar_values(snapshot.values, snapshot.has_grad)
+    values |= tags.table.table(snapshot.values).scalars()  # the per-variable ones
     found = {k.split("/", 1)[1]: v for k, v in values.items() if "update_ratio" in k}
     return snapshot.step, found
 

@@ -218,6 +218,11 @@ class MonitorConfig:
             gradient-to-weight norm ratio of each variable.
         per_variable: Record statistics per variable (global and group
             norms are always recorded).
+        per_variable_scalars: Write the per-variable numbers as scalar tags
+            (`grad_norm/<variable path>`, ...: a chart each in TensorBoard's
+            Scalars tab) instead of one table a step
+            (`keras_gradmon/variables`, read by the keras_gradmon dashboard
+            and `keras-gradmon report`).
         groups: Named groups of variables, `{name: regex}`; a variable belongs
             to a group when `re.search(regex, variable_path)` matches. A
             group's norm is the L2 norm of all its elements.
@@ -272,6 +277,7 @@ class MonitorConfig:
     statistics: tuple[str, ...] = STATISTICS
     weight_statistics: bool = True
     per_variable: bool = True
+    per_variable_scalars: bool = False
     groups: Mapping[str, str] = dataclasses.field(default_factory=dict)
     tag_scope: str | None = None
     clipping: Mapping[str, Any] | None = None
@@ -296,6 +302,7 @@ class MonitorConfig:
             )
         self._validate_statistics()
         bools = ("weight_statistics", "per_variable", "skip_nonfinite")
+        bools += ("per_variable_scalars",)
         for name in (*bools, "update_statistics", "track_spikes"):
             if not isinstance(getattr(self, name), bool):
                 raise fail(name, "must be a bool", getattr(self, name))
@@ -340,6 +347,7 @@ class MonitorConfig:
             "always": True,
             "weights": self.weight_statistics,
             "per_variable": self.per_variable,
+            "per_variable_scalars": self.per_variable and self.per_variable_scalars,
             "updates": self.update_statistics,
             "clip": self.clip_rule is not None,
             "skip": self.skip_nonfinite or loss_scaled or skip_spikes,

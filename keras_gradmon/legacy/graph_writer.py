@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from tensorboard.compat.proto import (
     summary_pb2,
@@ -43,7 +44,11 @@ from keras_gradmon import claims
 from keras_gradmon.backend.tensorflow import in_xla_context, run_if
 from keras_gradmon.core.measurement import Due
 from keras_gradmon.core.monitor import GradientMonitor
-from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, varint
+from keras_gradmon.recorders.tensorboard import (
+    TensorBoardRecorder,
+    table_metadata,
+    varint,
+)
 
 #: `Summary.value` (field 1) and `Summary.Value.tensor` (field 8), both
 #: length-delimited: their protobuf keys.
@@ -228,6 +233,7 @@ def write_recorded(
 def _write_scalars(monitor: GradientMonitor, step: tf.Tensor, present: set) -> None:
     """Every scalar tag of the step in one write (`recorders.packed`); the
     optional ones only while finite, as on the host."""
+    _write_table(monitor, step)
     entries = monitor.tags.graph_scalars(present)
     if not entries:
         return
@@ -238,6 +244,21 @@ def _write_scalars(monitor: GradientMonitor, step: tf.Tensor, present: set) -> N
     keep = tf.logical_or(tf.logical_not(optional), tf.math.is_finite(values))
     summary = packed_summary(heads, values, keep)
     write_packed(default_writer(), step, summary)
+
+
+def _write_table(monitor: GradientMonitor, step: tf.Tensor) -> None:
+    """The per-variable numbers as one table (`columns.Table`), where the
+    tag table holds them so: one `[rows, columns]` float32 tensor."""
+    spec = monitor.tags.table
+    if spec is None:
+        return
+    rows, columns = spec.index.shape
+    size = 4 * rows * columns
+    empty = spec.table(np.zeros(monitor.layout.size, np.float32))
+    tensor = tensor_head(types_pb2.DT_FLOAT, [rows, columns], size)
+    head = value_head(empty.tag, table_metadata(empty), tensor, size)
+    values = tf.gather(monitor.state.latest_values(), spec.index.reshape(1, -1))
+    write_packed(default_writer(), step, packed_summary([head], values))
 
 
 def _write_histograms(monitor: GradientMonitor, step: tf.Tensor, present: set) -> None:

@@ -48,6 +48,7 @@ from tensorboard.summary.writer import record_writer
 from tensorboard.summary.writer.event_file_writer import EventFileWriter, _AsyncWriter
 from tensorboard.util import tensor_util
 
+from keras_gradmon.columns import PLUGIN_NAME, Table
 from keras_gradmon.hub import Hub, check_hub
 
 _MASK_DELTA = 0xA282EAD8
@@ -348,6 +349,23 @@ class TensorBoardRecorder:
             self._describe(entry, self._text_metadata)
             self._write(summary, step)
 
+    def write_table(self, table: Table, step: int) -> None:
+        """Writes `table` as one float32 tensor summary at `step`, its row
+        and column names in the metadata of the tag's first event (plugin
+        `keras_gradmon`: no Scalars chart)."""
+        values = np.asarray(table.values, dtype="<f4")
+        with self._lock:
+            summary = summary_pb2.Summary()
+            entry = summary.value.add(tag=table.tag)
+            entry.tensor.dtype = 1
+            for size in values.shape:
+                entry.tensor.tensor_shape.dim.add(size=size)
+            entry.tensor.tensor_content = values.tobytes()
+            if entry.tag not in self._described:
+                entry.metadata.CopyFrom(table_metadata(table))
+                self._described.add(entry.tag)
+            self._write(summary, step)
+
     def _head(self, tag: str) -> bytes:
         head = self._heads.get(tag)
         if head is None:
@@ -403,6 +421,25 @@ def _write_raw(writer: Any, summary: summary_pb2.Summary, step: int) -> None:
             summary.SerializeToString(),
             step=np.int64(step),
         )
+
+
+def table_metadata(table: Table) -> summary_pb2.SummaryMetadata:
+    """The summary metadata of `table`'s tag: plugin `keras_gradmon`, its
+    names as the plugin content, a tensor (not a scalar) time series.
+
+    Example:
+
+    >>> from keras_gradmon.columns import Table
+    >>> table = Table(("w",), ("grad_norm",), np.float32([[0.5]]))
+    >>> table_metadata(table).plugin_data.plugin_name
+    'keras_gradmon'
+    """
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME, content=table.content()
+        ),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
 
 
 def check_log_dir(name: str, value: object) -> str:

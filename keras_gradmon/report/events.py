@@ -42,6 +42,7 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.util import tensor_util
 
 from keras_gradmon.alerts.events import ALERT_LOG
+from keras_gradmon.columns import PLUGIN_NAME, Table
 
 _HEADER = 12  # uint64 length + uint32 masked CRC of the length
 _FOOTER = 4  # uint32 masked CRC of the data
@@ -356,6 +357,7 @@ class _Reading:
     histograms: set[str] = dataclasses.field(default_factory=set)
     alerts: list[dict] = dataclasses.field(default_factory=list)
     plugins: dict[str, str] = dataclasses.field(default_factory=dict)
+    contents: dict[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 def _alerts(tag: str, value: np.ndarray) -> list[dict]:
@@ -377,10 +379,13 @@ def _add_value(reading: _Reading, step: int, value: object) -> None:
     tag = value.tag
     if value.HasField("metadata") and tag not in reading.plugins:
         reading.plugins[tag] = value.metadata.plugin_data.plugin_name
+        reading.contents[tag] = value.metadata.plugin_data.content
     plugin = reading.plugins.get(tag, "")
     if not value.HasField("tensor"):
         return
-    if plugin == "histograms":
+    if plugin == PLUGIN_NAME:
+        _add_table(reading, step, tag, value.tensor)
+    elif plugin == "histograms":
         reading.histograms.add(tag)
     elif plugin == "text" and tag.split("/", 1)[0] == ALERT_LOG:
         reading.alerts.extend(_alerts(tag, tensor_util.make_ndarray(value.tensor)))
@@ -388,6 +393,20 @@ def _add_value(reading: _Reading, step: int, value: object) -> None:
         array = tensor_util.make_ndarray(value.tensor)
         if array.size == 1 and array.dtype.kind in "fiu":
             reading.scalars.setdefault(tag, {})[step] = float(array.reshape(()))
+
+
+def _add_table(reading: _Reading, step: int, tag: str, tensor: object) -> None:
+    """A per-variable `Table` read as its scalar tags (`Table.scalars`), so
+    that a run reads alike whether its numbers were written as a table or
+    as scalars (`per_variable_scalars`)."""
+    try:
+        table = Table.from_content(
+            reading.contents.get(tag, b""), tensor_util.make_ndarray(tensor)
+        )
+    except ValueError:  # not a table this version reads: left out
+        return
+    for name, number in table.scalars().items():
+        reading.scalars.setdefault(name, {})[step] = number
 
 
 def _read_file(path: str, reading: _Reading) -> FileDamage | None:

@@ -27,6 +27,7 @@ def test_rules_see_the_scalar_tags_of_global_groups_and_the_step():
     snapshot = monitor.snapshot()
     metrics = summary_metrics(snapshot, TaggedMetrics(monitor.tags, monitor.paths))
     written = monitor.tags.scalar_values(snapshot.values, snapshot.has_grad)
+    written |= monitor.tags.table.table(snapshot.values).scalars()
     expected = {}
     for name, value in written.items():
         statistic, _, subject = name.partition("/actor/")
