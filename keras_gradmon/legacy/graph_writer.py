@@ -31,12 +31,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from tensorboard.compat.proto import (
-    summary_pb2,
-    tensor_pb2,
-    tensor_shape_pb2,
-    types_pb2,
-)
+from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
@@ -47,40 +42,9 @@ from keras_gradmon.core.monitor import GradientMonitor
 from keras_gradmon.recorders.tensorboard import (
     TensorBoardRecorder,
     table_metadata,
-    varint,
+    tensor_head,
+    value_head,
 )
-
-#: `Summary.value` (field 1) and `Summary.Value.tensor` (field 8), both
-#: length-delimited: their protobuf keys.
-_VALUE_KEY, _TENSOR_KEY = b"\x0a", b"\x42"
-
-
-def tensor_head(dtype: int, shape: Sequence[int], size: int) -> bytes:
-    """The encoding of a `TensorProto` of `dtype` and `shape` up to its
-    `size` bytes of `tensor_content`.
-
-    Example:
-
-    >>> tensor_head(types_pb2.DT_FLOAT, [], 4)
-    b'\\x08\\x01\\x12\\x00"\\x04'
-    """
-    dims = [tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in shape]
-    proto = tensor_pb2.TensorProto(
-        dtype=dtype,
-        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=dims),
-        tensor_content=b"\0" * size,
-    )
-    return proto.SerializeToString()[:-size]
-
-
-def value_head(
-    tag: str, metadata: summary_pb2.SummaryMetadata, tensor: bytes, size: int
-) -> bytes:
-    """The encoding of one `Summary.value` entry up to its value's `size`
-    raw bytes: tag, metadata and the head of its tensor (`tensor_head`)."""
-    value = summary_pb2.Summary.Value(tag=tag, metadata=metadata).SerializeToString()
-    inner = value + _TENSOR_KEY + varint(len(tensor) + size) + tensor
-    return _VALUE_KEY + varint(len(inner) + size) + inner
 
 
 def packed_summary(

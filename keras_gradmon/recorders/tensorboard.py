@@ -40,12 +40,18 @@ from typing import Any
 
 import google_crc32c
 import numpy as np
-from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.proto import (
+    event_pb2,
+    summary_pb2,
+    tensor_pb2,
+    tensor_shape_pb2,
+    types_pb2,
+)
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.summary.writer import record_writer
-from tensorboard.summary.writer.event_file_writer import EventFileWriter, _AsyncWriter
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
 from keras_gradmon.columns import PLUGIN_NAME, Table
@@ -83,15 +89,67 @@ _file_numbers = itertools.count()
 _open_files: weakref.WeakSet = weakref.WeakSet()
 
 
+class SyncWriter:
+    """TensorBoard's `_AsyncWriter`, writing on the caller's thread: the
+    callers are a monitor's writer thread (off the training thread already)
+    or a monitor that writes once in many steps, and handing each event to
+    one more thread cost about what the event itself does. Writes are
+    buffered, and flushed at `flush()`, or at a write two minutes after the
+    last flush.
+
+    Example:
+
+    >>> import io
+    >>> writer = SyncWriter(RecordWriter(io.BytesIO()))
+    >>> writer.write(b"abc")
+    >>> writer.close()
+    """
+
+    def __init__(self, record_writer: RecordWriter, flush_secs: float = 120) -> None:
+        self._writer = record_writer
+        self._flush_secs = flush_secs
+        self._flushed = time.monotonic()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        """Writes one record."""
+        with self._lock:
+            if self._closed:
+                raise OSError("Writer is closed")
+            self._writer.write(data)
+            if time.monotonic() - self._flushed > self._flush_secs:
+                self._flush()
+
+    def flush(self) -> None:
+        """Makes what was written visible to readers."""
+        with self._lock:
+            if self._closed:
+                raise OSError("Writer is closed")
+            self._flush()
+
+    def _flush(self) -> None:
+        self._writer.flush()
+        self._flushed = time.monotonic()
+
+    def close(self) -> None:
+        """Flushes and closes the file (once)."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._writer.flush()
+                self._writer.close()
+
+
 class EventFile(EventFileWriter):
     """TensorBoard's `EventFileWriter`, opened without TensorFlow.
 
     A new file `events.out.tfevents.<time>.<host>.<pid>.<n>.keras_gradmon`
     in `log_dir` (created if needed; `<n>` numbers the files of the process,
     so that files opened in one second differ) begins with the
-    `file_version: brain.Event:2` event; events are queued and written by
-    TensorBoard's own writing thread, which flushes the first event at once
-    and the others within two minutes, or at `flush()`. A local directory is
+    `file_version: brain.Event:2` event, flushed at once; the other events
+    are written on the caller's thread (`SyncWriter`), and flushed within
+    two minutes, or at `flush()`. A local directory is
     written with Python's file I/O: `EventFileWriter` itself opens files
     through `tensorboard.compat.tf`, which imports TensorFlow wherever it is
     installed. A URL (`gs://`, `s3://`) is left to `EventFileWriter` and its
@@ -122,9 +180,7 @@ class EventFile(EventFileWriter):
         name = f"events.out.tfevents.{int(time.time()):010d}.{host}.{pid}{suffix}"
         self._file_name = os.path.join(log_dir, name)
         self._general_file_writer = open(self._file_name, "wb")  # noqa: SIM115
-        self._async_writer = _AsyncWriter(
-            RecordWriter(self._general_file_writer), max_queue_size=10, flush_secs=120
-        )
+        self._async_writer = SyncWriter(RecordWriter(self._general_file_writer))
         self.add_event(
             event_pb2.Event(
                 wall_time=time.time(),
@@ -195,6 +251,18 @@ def scalar_event(heads: Sequence[bytes], numbers: np.ndarray, step: int) -> byte
     summary = b"".join(
         head + values[4 * k : 4 * k + 4] for k, head in enumerate(heads)
     )
+    return summary_event(summary, step)
+
+
+def summary_event(summary: bytes, step: int) -> bytes:
+    """A serialized `Event` at `step` (wall time now) of a serialized
+    `Summary`.
+
+    Example:
+
+    >>> event_pb2.Event.FromString(summary_event(b"", 3)).step
+    3
+    """
     header = event_pb2.Event(wall_time=time.time(), step=int(step))
     return b"".join(
         (header.SerializeToString(), b"\x2a", varint(len(summary)), summary)
@@ -216,6 +284,41 @@ def varint(n: int) -> bytes:
         out.append(low | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+#: `Summary.value` (field 1) and `Summary.Value.tensor` (field 8), both
+#: length-delimited: their protobuf keys.
+_VALUE_KEY, _TENSOR_KEY = b"\x0a", b"\x42"
+
+
+def tensor_head(dtype: int, shape: Sequence[int], size: int) -> bytes:
+    """The encoding of a `TensorProto` of `dtype` and `shape` up to its
+    `size` bytes of `tensor_content`.
+
+    Example:
+
+    >>> tensor_head(types_pb2.DT_FLOAT, [], 4)
+    b'\\x08\\x01\\x12\\x00"\\x04'
+    """
+    dims = [tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in shape]
+    proto = tensor_pb2.TensorProto(
+        dtype=dtype,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=dims),
+        tensor_content=b"\0" * size,
+    )
+    return proto.SerializeToString()[:-size]
+
+
+def value_head(
+    tag: str, metadata: summary_pb2.SummaryMetadata | None, tensor: bytes, size: int
+) -> bytes:
+    """The encoding of one `Summary.value` entry up to its value's `size`
+    raw bytes: tag, metadata (None: none) and the head of its tensor
+    (`tensor_head`)."""
+    value = summary_pb2.Summary.Value(tag=tag, metadata=metadata).SerializeToString()
+    inner = value + _TENSOR_KEY + varint(len(tensor) + size) + tensor
+    return _VALUE_KEY + varint(len(inner) + size) + inner
+
 
 
 @atexit.register
@@ -286,6 +389,7 @@ class TensorBoardRecorder:
         # TensorBoard needs a tag's plugin metadata in its first event only.
         self._described: set[str] = set()
         self._heads: dict[str, bytes] = {}  # see `scalar_head`
+        self._table_heads: dict[tuple, bytes] = {}  # see `write_table`
 
     @property
     def destination(self) -> Any:
@@ -350,21 +454,29 @@ class TensorBoardRecorder:
             self._write(summary, step)
 
     def write_table(self, table: Table, step: int) -> None:
-        """Writes `table` as one float32 tensor summary at `step`, its row
-        and column names in the metadata of the tag's first event (plugin
-        `keras_gradmon`: no Scalars chart)."""
-        values = np.asarray(table.values, dtype="<f4")
+        """Writes `table` as one float32 tensor summary at `step`, as
+        `tf.summary.write` would, its row and column names in the metadata
+        of the tag's first event (plugin `keras_gradmon`: no Scalars chart).
+        Serialized from a cached head, as `scalar_event`."""
+        values = np.ascontiguousarray(table.values, dtype="<f4")
         with self._lock:
-            summary = summary_pb2.Summary()
-            entry = summary.value.add(tag=table.tag)
-            entry.tensor.dtype = 1
-            for size in values.shape:
-                entry.tensor.tensor_shape.dim.add(size=size)
-            entry.tensor.tensor_content = values.tobytes()
-            if entry.tag not in self._described:
-                entry.metadata.CopyFrom(table_metadata(table))
-                self._described.add(entry.tag)
-            self._write(summary, step)
+            writer, tag = self.writer, table.tag
+            metadata = None
+            if tag not in self._described:
+                metadata = table_metadata(table)
+                self._described.add(tag)
+            key = (tag, values.shape)
+            head = self._table_heads.get(key) if metadata is None else None
+            if head is None:
+                tensor = tensor_head(types_pb2.DT_FLOAT, values.shape, values.nbytes)
+                head = value_head(tag, metadata, tensor, values.nbytes)
+                if metadata is None:
+                    self._table_heads[key] = head
+            summary = head + values.tobytes()
+            if isinstance(writer, EventFile):
+                writer.add_serialized(summary_event(summary, step))
+            else:
+                _write_raw(writer, summary_pb2.Summary.FromString(summary), step)
 
     def _head(self, tag: str) -> bytes:
         head = self._heads.get(tag)
