@@ -226,6 +226,24 @@ def test_a_table_is_one_tensor_a_step_as_tf_summary_writes_it(tmp_path):
     )
 
 
+def test_a_table_through_a_tf_summary_writer_reads_back_the_same(tmp_path):
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    recorder = TensorBoardRecorder(writer=writer)
+    columns = ("grad_present", "grad_norm")
+    for step in STEPS:
+        values = np.float32([[1, step + 0.5]])
+        recorder.write_table(Table(("dense/kernel",), columns, values), step)
+    recorder.close()
+    writer.flush()
+    events = load_events(str(tmp_path))
+    assert events.tables["keras_gradmon/variables"]["columns"] == list(columns)
+    assert scalar_series(events, "grad_norm/dense/kernel") == {
+        s: s + 0.5 for s in STEPS
+    }
+
+
 def test_a_tf_summary_writer_is_still_written_through_tensorflow(tmp_path):
     import tensorflow as tf
 
