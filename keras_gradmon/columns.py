@@ -452,19 +452,20 @@ class Table:
 
 @dataclasses.dataclass(frozen=True)
 class TableSpec:
-    """Where each number of a step's `Table` sits in the flat vector.
+    """A step's `Table`, before its numbers: `names`, its rows, columns and
+    scope (its values zeros), and `index`, where each number sits in the
+    flat vector.
 
     Example:
 
-    >>> spec = TableSpec(("w",), ("grad_present", "grad_norm"), np.array([[1, 0]]))
+    >>> names = Table(("w",), ("grad_present", "grad_norm"), np.zeros((1, 2)))
+    >>> spec = TableSpec(names, np.array([[1, 0]]))
     >>> spec.table(np.float32([0.5, 1.0])).values.tolist()
     [[1.0, 0.5]]
     """
 
-    rows: tuple[str, ...]
-    columns: tuple[str, ...]
+    names: Table
     index: np.ndarray
-    scope: str | None = None
 
     @classmethod
     def of(
@@ -481,12 +482,13 @@ class TableSpec:
         for s in scalars:
             if s.column:
                 index[s.row, place[s.column]] = s.index
-        return cls(tuple(paths), tuple(columns), index, scope)
+        zeros = np.zeros(index.shape, np.float32)
+        return cls(Table(tuple(paths), tuple(columns), zeros, scope), index)
 
     def table(self, values: np.ndarray) -> Table:
         """The table of one summary's flat vector `values`."""
         picked = np.asarray(values, dtype=np.float32)[self.index]
-        return Table(self.rows, self.columns, picked, self.scope)
+        return dataclasses.replace(self.names, values=picked)
 
 
 class RowSpec(Protocol):

@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
@@ -41,6 +40,7 @@ from keras_gradmon.core.measurement import Due
 from keras_gradmon.core.monitor import GradientMonitor
 from keras_gradmon.recorders.tensorboard import (
     TensorBoardRecorder,
+    table_head,
     table_metadata,
     tensor_head,
     value_head,
@@ -216,11 +216,7 @@ def _write_table(monitor: GradientMonitor, step: tf.Tensor) -> None:
     spec = monitor.tags.table
     if spec is None:
         return
-    rows, columns = spec.index.shape
-    size = 4 * rows * columns
-    empty = spec.table(np.zeros(monitor.layout.size, np.float32))
-    tensor = tensor_head(types_pb2.DT_FLOAT, [rows, columns], size)
-    head = value_head(empty.tag, table_metadata(empty), tensor, size)
+    head = table_head(spec.names, table_metadata(spec.names))
     values = tf.gather(monitor.state.latest_values(), spec.index.reshape(1, -1))
     write_packed(default_writer(), step, packed_summary([head], values))
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import math
 import os
 import socket
 import struct
@@ -207,9 +208,6 @@ class EventFile(EventFileWriter):
         super().close()
 
 
-_PLACEHOLDER = b"\xde\xad\xbe\xef"
-
-
 def scalar_head(tag: str) -> bytes:
     """The serialized one-value `Summary` of a float32 scalar `tag` (as
     `tf.summary.scalar` stores it: DT_FLOAT, an empty shape, the value's
@@ -224,15 +222,7 @@ def scalar_head(tag: str) -> bytes:
     >>> summary.value[0].tag, summary.value[0].tensor.tensor_content
     ('loss', b'\\x00\\x00\\x00?')
     """
-    summary = summary_pb2.Summary()
-    entry = summary.value.add(tag=tag)
-    entry.tensor.dtype = 1
-    entry.tensor.tensor_shape.SetInParent()
-    entry.tensor.tensor_content = _PLACEHOLDER
-    data = summary.SerializeToString()
-    if not data.endswith(_PLACEHOLDER):  # the value is the last field written
-        raise AssertionError(f"unexpected serialization of a scalar: {data!r}")
-    return data[: -len(_PLACEHOLDER)]
+    return value_head(tag, None, tensor_head(types_pb2.DT_FLOAT, [], 4), 4)
 
 
 def scalar_event(heads: Sequence[bytes], numbers: np.ndarray, step: int) -> bytes:
@@ -318,7 +308,6 @@ def value_head(
     value = summary_pb2.Summary.Value(tag=tag, metadata=metadata).SerializeToString()
     inner = value + _TENSOR_KEY + varint(len(tensor) + size) + tensor
     return _VALUE_KEY + varint(len(inner) + size) + inner
-
 
 
 @atexit.register
@@ -460,18 +449,14 @@ class TensorBoardRecorder:
         Serialized from a cached head, as `scalar_event`."""
         values = np.ascontiguousarray(table.values, dtype="<f4")
         with self._lock:
-            writer, tag = self.writer, table.tag
-            metadata = None
-            if tag not in self._described:
-                metadata = table_metadata(table)
+            writer, tag, key = self.writer, table.tag, (table.tag, values.shape)
+            if tag not in self._described:  # the first event: with metadata
                 self._described.add(tag)
-            key = (tag, values.shape)
-            head = self._table_heads.get(key) if metadata is None else None
-            if head is None:
-                tensor = tensor_head(types_pb2.DT_FLOAT, values.shape, values.nbytes)
-                head = value_head(tag, metadata, tensor, values.nbytes)
-                if metadata is None:
-                    self._table_heads[key] = head
+                head = table_head(table, table_metadata(table))
+            elif key not in self._table_heads:
+                head = self._table_heads[key] = table_head(table)
+            else:
+                head = self._table_heads[key]
             summary = head + values.tobytes()
             if isinstance(writer, EventFile):
                 writer.add_serialized(summary_event(summary, step))
@@ -533,6 +518,25 @@ def _write_raw(writer: Any, summary: summary_pb2.Summary, step: int) -> None:
             summary.SerializeToString(),
             step=np.int64(step),
         )
+
+
+def table_head(
+    table: Table, metadata: summary_pb2.SummaryMetadata | None = None
+) -> bytes:
+    """`value_head` of `table` (its tag, float32 values of its shape), with
+    `metadata` (None: none).
+
+    Example:
+
+    >>> from keras_gradmon.columns import Table
+    >>> table = Table(("w",), ("grad_norm",), np.float32([[0.5]]))
+    >>> summary_pb2.Summary.FromString(table_head(table) + bytes(4)).value[0].tag
+    'keras_gradmon/variables'
+    """
+    shape = np.shape(table.values)
+    size = 4 * math.prod(shape)
+    tensor = tensor_head(types_pb2.DT_FLOAT, shape, size)
+    return value_head(table.tag, metadata, tensor, size)
 
 
 def table_metadata(table: Table) -> summary_pb2.SummaryMetadata:
