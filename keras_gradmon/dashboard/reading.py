@@ -1,0 +1,391 @@
+"""What the dashboard reads of a run, through TensorBoard's data provider
+only (never a path): the per-variable numbers (the `Table` tensors, or old
+logs' per-variable scalars), the gradient histograms, the activation
+statistics and the alerts.
+
+Each read says what it could not read (`unreadable`), so that a damaged
+record is counted on the page, not dropped without a word.
+
+Example:
+
+>>> source = Source(provider, ctx, experiment_id="", samples=1000)  # doctest: +SKIP
+>>> grid = variable_grid(source, "run_a")  # doctest: +SKIP
+>>> grid.rows[:1], grid.steps[:3]  # doctest: +SKIP
+(['mlp/hidden/kernel'], [0, 1, 2])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from tensorboard.data import provider as tb_provider
+
+from keras_gradmon.alerts.events import ALERT_LOG
+from keras_gradmon.columns import GLOBAL, PLUGIN_NAME, Table, variable_statistic
+
+#: The per-variable numbers the heatmap can show, in menu order.
+METRICS: tuple[str, ...] = (
+    "grad_norm",
+    "update_ratio",
+    "grad_to_weight",
+    "weight_norm",
+)
+#: TensorBoard's plugin names of the other summaries read.
+SCALARS, HISTOGRAMS, TEXT = "scalars", "histograms", "text"
+#: The gradient histogram tag statistic (`grad_hist/<variable path>`).
+GRAD_HIST = "grad_hist"
+#: The start of the activation statistics' tags (`activation_<stat>/<layer>`).
+ACTIVATION = "activation_"
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One request's view of TensorBoard's data provider.
+
+    Attributes:
+        provider: The `tensorboard.data.provider.DataProvider`.
+        ctx: The request's `RequestContext`.
+        experiment_id: The request's experiment.
+        samples: The most steps read per tag.
+    """
+
+    provider: Any
+    ctx: Any
+    experiment_id: str
+    samples: int
+
+    def runs(self) -> list[str]:
+        """Every run name the provider lists."""
+        found = self.provider.list_runs(self.ctx, experiment_id=self.experiment_id)
+        return sorted(run.run_name for run in found)
+
+    def listed(self, plugin: str, run: str) -> dict[str, Any]:
+        """`{tag: time series}` of `plugin`'s data in `run`."""
+        lister = (
+            self.provider.list_scalars
+            if plugin == SCALARS
+            else self.provider.list_tensors
+        )
+        found = lister(
+            self.ctx,
+            experiment_id=self.experiment_id,
+            plugin_name=plugin,
+            run_tag_filter=tb_provider.RunTagFilter(runs=[run]),
+        )
+        return dict(found.get(run, {}))
+
+    def tensors(self, plugin: str, run: str, tags: Iterable[str]) -> dict[str, list]:
+        """`{tag: [TensorDatum]}` of `tags` in `run`, by step."""
+        return self._read(self.provider.read_tensors, plugin, run, tags)
+
+    def scalars(self, run: str, tags: Iterable[str]) -> dict[str, dict[int, float]]:
+        """`{tag: {step: value}}` of scalar `tags` in `run`."""
+        read = self._read(self.provider.read_scalars, SCALARS, run, tags)
+        return {
+            tag: {d.step: float(d.value) for d in data} for tag, data in read.items()
+        }
+
+    def _read(self, reader: Any, plugin: str, run: str, tags: Iterable[str]) -> dict:
+        tags = list(tags)
+        if not tags:
+            return {}
+        found = reader(
+            self.ctx,
+            experiment_id=self.experiment_id,
+            plugin_name=plugin,
+            downsample=self.samples,
+            run_tag_filter=tb_provider.RunTagFilter(runs=[run], tags=tags),
+        )
+        return {
+            tag: sorted(data, key=lambda d: d.step)
+            for tag, data in found.get(run, {}).items()
+        }
+
+
+def content_kind(content: bytes) -> str | None:
+    """The "kind" of a keras_gradmon summary's plugin content (None: not
+    JSON holding one).
+
+    Example:
+
+    >>> content_kind(b'{"kind": "variables", "version": 1}')
+    'variables'
+    """
+    try:
+        kind = json.loads(content).get("kind")
+    except (ValueError, AttributeError):
+        return None
+    return kind if isinstance(kind, str) else None
+
+
+@dataclasses.dataclass
+class Grid:
+    """A run's per-variable numbers, a row per variable (model order), a
+    column per step.
+
+    Attributes:
+        rows: Each variable's key: its path, `<scope>/<path>` when scoped
+            (its tags are `<statistic>/<key>`).
+        steps: The steps read, ascending.
+        values: `{metric: float64 [rows, steps]}`; NaN where not recorded
+            (no gradient, a step without that number) or where NaN was
+            written (`recorded` tells them apart).
+        recorded: `{metric: bool [rows, steps]}`: whether a number was read.
+        source: "table" (the `keras_gradmon/variables` tensors) or
+            "scalars" (old logs' per-variable scalar tags), or "" (none).
+        scalars: `{tag: {step: value}}` of each table number as its scalar
+            tag (`Table.scalars`), for the report.
+        unreadable: Table records that could not be read.
+    """
+
+    rows: list[str]
+    steps: list[int]
+    values: dict[str, np.ndarray]
+    recorded: dict[str, np.ndarray]
+    source: str
+    scalars: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
+    unreadable: int = 0
+
+
+def _cell(table: Table, row: int, column: str) -> float | None:
+    """One number of a table: None where not recorded (a `grad_*` or update
+    ratio of a variable without a gradient)."""
+    if column not in table.columns:
+        return None
+    values, names = table.values, table.columns
+    needs_grad = (
+        column.startswith(("grad_", "update_ratio")) and "grad_present" in names
+    )
+    if needs_grad and not values[row, names.index("grad_present")] > 0:
+        return None
+    return float(values[row, names.index(column)])
+
+
+def _grid(
+    cells: dict[tuple[str, str, int], float], rows: list[str], source: str
+) -> Grid:
+    steps = sorted({step for _, _, step in cells})
+    at = {step: i for i, step in enumerate(steps)}
+    index = {row: i for i, row in enumerate(rows)}
+    shape = (len(rows), len(steps))
+    values = {m: np.full(shape, np.nan) for m in METRICS}
+    recorded = {m: np.zeros(shape, bool) for m in METRICS}
+    for (metric, row, step), value in cells.items():
+        values[metric][index[row], at[step]] = value
+        recorded[metric][index[row], at[step]] = True
+    return Grid(rows, steps, values, recorded, source)
+
+
+def _table_grid(source: Source, run: str, contents: dict[str, bytes]) -> Grid:
+    """The grid of the run's `Table` tensors (`contents`: each table tag's
+    plugin content, the names)."""
+    cells, rows, scalars, unreadable = {}, {}, {}, 0
+    for tag, data in source.tensors(PLUGIN_NAME, run, contents).items():
+        for datum in data:
+            try:
+                table = Table.from_content(contents[tag], datum.numpy)
+            except ValueError:
+                unreadable += 1
+                continue
+            for i, path in enumerate(table.rows):
+                key = f"{table.scope}/{path}" if table.scope else path
+                rows.setdefault(key, None)
+                for metric in METRICS:
+                    value = _cell(table, i, metric)
+                    if value is not None:
+                        cells[(metric, key, datum.step)] = value
+            for name, number in table.scalars().items():
+                scalars.setdefault(name, {})[datum.step] = number
+    grid = _grid(cells, list(rows), "table")
+    grid.scalars, grid.unreadable = scalars, unreadable
+    return grid
+
+
+def variable_keys(tags: Iterable[str]) -> list[str]:
+    """The variable keys of old logs' per-variable scalar tags: subjects of
+    a per-variable statistic, and `grad_norm` subjects holding a '/' (not
+    `global`, not a group).
+
+    Example:
+
+    >>> variable_keys(["grad_norm/global", "grad_norm/dense/kernel",
+    ...                "grad_norm/hidden", "grad_to_weight/hidden_b"])
+    ['dense/kernel', 'hidden_b']
+    """
+    keys = {}
+    tags = list(tags)
+    per_variable = {
+        t.partition("/")[2] for t in tags if variable_statistic(t.partition("/")[0])
+    }
+    for name in tags:
+        statistic, _, subject = name.partition("/")
+        if statistic not in METRICS or subject == GLOBAL:
+            continue
+        if subject in per_variable or "/" in subject:
+            keys.setdefault(subject, None)
+    return list(keys)
+
+
+def _scalar_grid(source: Source, run: str, tags: Iterable[str]) -> Grid:
+    """The grid of old logs' per-variable scalars (`grad_norm/<path>`, ...)."""
+    keys = variable_keys(tags)
+    wanted = [f"{metric}/{key}" for metric in METRICS for key in keys]
+    listed = set(tags)
+    read = source.scalars(run, [t for t in wanted if t in listed])
+    cells = {}
+    for name, series in read.items():
+        metric, _, key = name.partition("/")
+        for step, value in series.items():
+            cells[(metric, key, step)] = value
+    return _grid(cells, keys, "scalars" if keys else "")
+
+
+def variable_grid(source: Source, run: str, scalar_tags: Iterable[str] = ()) -> Grid:
+    """A run's per-variable numbers: its tables, else its per-variable
+    scalar tags (`scalar_tags`: the run's scalar tags, listed)."""
+    listed = source.listed(PLUGIN_NAME, run)
+    contents = {
+        tag: series.plugin_content
+        for tag, series in listed.items()
+        if content_kind(series.plugin_content) == "variables"
+    }
+    if contents:
+        return _table_grid(source, run, contents)
+    return _scalar_grid(source, run, scalar_tags)
+
+
+def _text(element: Any) -> str:
+    return (
+        element.decode("utf-8", "replace")
+        if isinstance(element, bytes)
+        else str(element)
+    )
+
+
+def _json_alerts(content: bytes, value: Any) -> list[dict]:
+    """The alerts of a `keras_gradmon/alerts` record: one JSON object per
+    element of its 1-D string tensor.
+
+    Raises:
+        ValueError: An element is not a JSON object.
+    """
+    del content
+    found = []
+    for element in np.ravel(value):
+        alert = json.loads(_text(element))
+        if not isinstance(alert, dict):
+            raise ValueError(f"not an alert: {_text(element)[:80]!r}")
+        found.append(alert)
+    return found
+
+
+def _decoder() -> Any:
+    # TODO(issue 32, at merge): `keras_gradmon.alerts.log` is another
+    # engineer's, not in this tree yet; until it is, its records are read
+    # with the JSON fallback above (one JSON object per element).
+    try:
+        from keras_gradmon.alerts.log import decode_alerts
+    except ImportError:
+        return _json_alerts
+    return decode_alerts
+
+
+@dataclasses.dataclass
+class Alerts:
+    """A run's alert records (`Alert.to_dict()` dicts, each with the
+    "scope" of its tag), in step order, and how many could not be read."""
+
+    records: list[dict]
+    unreadable: int = 0
+
+
+def _legacy_alerts(tag: str, value: Any, alerts: Alerts) -> None:
+    """`alert_log/[<scope>/]all`: one JSON object per line."""
+    scope = "/".join(tag.split("/")[1:-1]) or None
+    for element in np.ravel(value):
+        for line in _text(element).splitlines():
+            if not line.strip():
+                continue
+            try:
+                alert = json.loads(line)
+            except ValueError:
+                alert = None
+            if isinstance(alert, dict):
+                alerts.records.append({**alert, "scope": scope})
+            else:
+                alerts.unreadable += 1
+
+
+def read_alerts(source: Source, run: str) -> Alerts:
+    """The alerts of `run`: the `keras_gradmon/[<scope>/]alerts` records
+    and the legacy `alert_log/[<scope>/]all` texts."""
+    alerts = Alerts([])
+    texts = [t for t in source.listed(TEXT, run) if t.split("/", 1)[0] == ALERT_LOG]
+    for tag, data in source.tensors(TEXT, run, texts).items():
+        for datum in data:
+            _legacy_alerts(tag, datum.numpy, alerts)
+    records = {
+        tag: series.plugin_content
+        for tag, series in source.listed(PLUGIN_NAME, run).items()
+        if content_kind(series.plugin_content) == "alerts"
+    }
+    decode = _decoder()
+    for tag, data in source.tensors(PLUGIN_NAME, run, records).items():
+        scope = json.loads(records[tag]).get("scope")
+        for datum in data:
+            try:
+                found = decode(records[tag], datum.numpy)
+            except (ValueError, TypeError, UnicodeDecodeError):
+                alerts.unreadable += 1
+                continue
+            alerts.records += [{"scope": scope, **alert} for alert in found]
+    alerts.records.sort(key=_step_of)
+    return alerts
+
+
+def _step_of(alert: dict) -> int:
+    try:
+        return int(alert.get("step", 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    """The tags of one run: `scalars` (the scalars plugin's) and
+    `histograms`."""
+
+    scalars: list[str]
+    histograms: list[str]
+
+
+def listing(source: Source, run: str) -> Listing:
+    """The run's scalar and histogram tags."""
+    return Listing(
+        sorted(source.listed(SCALARS, run)), sorted(source.listed(HISTOGRAMS, run))
+    )
+
+
+def histogram_series(source: Source, run: str, tag: str) -> list[dict]:
+    """`[{"step", "buckets": [[left, right, count], ...]}]` of one histogram
+    tag (buckets with a non-finite edge or count left out, and counted in
+    "dropped")."""
+    out = []
+    for datum in source.tensors(HISTOGRAMS, run, [tag]).get(tag, []):
+        buckets = np.asarray(datum.numpy, np.float64)
+        if buckets.ndim != 2 or buckets.shape[1] != 3:
+            out.append({"step": int(datum.step), "buckets": [], "dropped": 1})
+            continue
+        finite = np.isfinite(buckets).all(axis=1)
+        out.append(
+            {
+                "step": int(datum.step),
+                "buckets": buckets[finite].tolist(),
+                "dropped": int(np.sum(~finite)),
+            }
+        )
+    return out
