@@ -1,0 +1,218 @@
+"""The dashboard's data routes, through TensorBoard's WSGI app, against real
+event files: numbers checked on TensorBoard's own reading of the files
+(`tests.reference`) and on the report's (`keras_gradmon.report.events`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import urllib.parse
+
+import numpy as np
+import pytest
+
+from keras_gradmon.report.analysis import analyze
+from keras_gradmon.report.events import load_run
+from tests.dashboard.conftest import HOSTILE, STEPS, plugin_client
+from tests.reference import histogram_series, load_events, scalar_series
+
+PREFIX = "/data/plugin/keras_gradmon/"
+VARIABLES = ["mlp/hidden/kernel", "mlp/hidden/bias", "mlp/head/kernel", "mlp/head/bias"]
+
+
+def _get(client, route: str, **query: str):
+    response = client.get(PREFIX + route + "?" + urllib.parse.urlencode(query))
+    return response.status_code, response.get_json()
+
+
+@pytest.fixture(scope="module")
+def client(fit_logs):
+    return plugin_client(fit_logs[0])
+
+
+@pytest.fixture(scope="module")
+def events(fit_logs):
+    return load_events(str(fit_logs[0] / "fit"))
+
+
+def _number(value) -> float:
+    return float(value) if not isinstance(value, str) else float(value.lower())
+
+
+@pytest.mark.parametrize("metric", ["grad_norm", "update_ratio", "grad_to_weight"])
+def test_heatmap_holds_every_step_of_the_table(client, events, metric):
+    code, heat = _get(client, "heatmap", run="fit", metric=metric)
+    assert code == 200, heat
+    assert heat["rows"] == VARIABLES  # model order, not sorted
+    assert heat["steps"] == list(range(STEPS))  # all 20, not TensorBoard's 10
+    assert heat["source"] == "table" and heat["unreadable"] == 0
+    for row, cells in zip(heat["rows"], heat["values"]):
+        # The reference leaves out a ratio that is not finite (a weight
+        # norm of 0 at step 0): the heatmap shows it as such.
+        expected = scalar_series(events, f"{metric}/{row}")
+        assert len(expected) >= STEPS - 1
+        got = {step: _number(v) for step, v in zip(heat["steps"], cells)}
+        finite = {step: v for step, v in got.items() if math.isfinite(v)}
+        assert finite == pytest.approx(expected, rel=1e-7), row
+        assert all(not math.isfinite(got[s]) for s in set(got) - set(expected))
+
+
+def test_layer_detail_norms_histograms_and_activations(client, events):
+    code, layer = _get(client, "layer", run="fit", variable="mlp/hidden/kernel")
+    assert code == 200, layer
+    norms = layer["series"]["grad_norm"]
+    expected = scalar_series(events, "grad_norm/mlp/hidden/kernel")
+    assert dict(zip(norms["steps"], norms["values"])) == pytest.approx(expected)
+    histograms = histogram_series(events, "grad_hist/mlp/hidden/kernel")
+    assert (
+        [h["step"] for h in layer["histograms"]] == sorted(histograms) == [0, 5, 10, 15]
+    )
+    for served in layer["histograms"]:
+        np.testing.assert_allclose(served["buckets"], histograms[served["step"]])
+    std = layer["activations"]["std"]
+    expected = scalar_series(events, "activation_std/hidden")
+    assert dict(zip(std["steps"], std["values"])) == pytest.approx(expected)
+    # The head's variables are not the hidden layer's: no activations of it.
+    code, head = _get(client, "layer", run="fit", variable="mlp/head/bias")
+    assert code == 200 and head["activations"] == {}
+
+
+def test_health_is_the_reports_verdict(client, fit_logs):
+    log_dir, fired = fit_logs
+    code, health = _get(client, "health", run="fit")
+    assert code == 200, health
+    (report,) = analyze([load_run(str(log_dir / "fit"), "fit")])
+    (served,) = health["reports"]
+    assert served["status"] == "critical"
+    assert served["verdict"].startswith(
+        f"{report.alert_count('critical')} critical and "
+        f"{report.alert_count('warning')} warning alert(s)"
+    )
+    assert report.alert_count("critical") + report.alert_count("warning") == fired
+    incidents = report.timeline.incidents
+    assert len(served["incidents"]) == len(incidents) > 0
+    for got, want in zip(served["incidents"], incidents):
+        assert (got["rule"], got["subject"], got["tier"]) == (
+            want.first.rule,
+            want.first.subject,
+            want.first.tier,
+        )
+        assert (got["first"], got["last"], got["count"]) == (
+            want.first.step,
+            want.last.step,
+            want.count,
+        )
+        assert got["worst"] == pytest.approx(want.worst.value)
+        assert got["hint"] and got["text"]
+    assert health["steps"] == [0, STEPS - 1]
+
+
+def test_runs_list_the_hostile_name_as_it_is(client):
+    code, runs = _get(client, "runs")
+    assert code == 200 and runs["runs"] == sorted(["fit", HOSTILE])
+    code, heat = _get(client, "heatmap", run=HOSTILE, metric="grad_norm")
+    assert code == 200 and heat["run"] == HOSTILE
+
+
+@pytest.mark.parametrize(
+    ("route", "query", "code", "says"),
+    [
+        ("heatmap", {"run": "../fit", "metric": "grad_norm"}, 400, "'..'"),
+        ("heatmap", {"run": "fit/../..", "metric": "grad_norm"}, 400, "'..'"),
+        ("heatmap", {"run": "nope", "metric": "grad_norm"}, 404, "'nope'"),
+        ("heatmap", {"run": "fit", "metric": "loss"}, 404, "metric"),
+        ("heatmap", {"metric": "grad_norm"}, 400, "`run` is required"),
+        ("layer", {"run": "fit", "variable": "../../etc/passwd"}, 400, "'..'"),
+        ("layer", {"run": "fit", "variable": "mlp/nothing"}, 404, "mlp/nothing"),
+        ("health", {"run": "..\\fit"}, 400, "'..'"),
+    ],
+)
+def test_bad_names_get_a_json_error(client, route, query, code, says):
+    got, body = _get(client, route, **query)
+    assert got == code and says in body["error"], body
+
+
+@pytest.fixture(scope="module")
+def bad_client(bad_logs):
+    return plugin_client(bad_logs)
+
+
+def test_a_truncated_run_shows_what_was_read(bad_client, bad_logs, fit_logs):
+    code, heat = _get(bad_client, "heatmap", run="truncated", metric="grad_norm")
+    assert code == 200, heat
+    assert 0 < len(heat["steps"]) < STEPS  # the steps before the cut
+    assert heat["steps"] == list(range(len(heat["steps"])))
+    full = load_events(str(fit_logs[0] / "fit"))
+    for row, cells in zip(heat["rows"], heat["values"]):
+        expected = scalar_series(full, f"grad_norm/{row}")
+        assert [_number(v) for v in cells] == pytest.approx(
+            [expected[s] for s in heat["steps"]]
+        )
+    code, health = _get(bad_client, "health", run="truncated")
+    assert code == 200 and health["steps"] == [0, heat["steps"][-1]]
+
+
+def test_a_run_of_nonfinite_numbers_says_so(bad_client):
+    code, heat = _get(bad_client, "heatmap", run="nonfinite", metric="grad_norm")
+    assert code == 200, heat
+    assert heat["source"] == "scalars" and heat["steps"] == [0, 1, 2, 3, 4]
+    cells = dict(zip(heat["rows"], heat["values"]))
+    assert cells == {"dense/kernel": ["NaN"] * 5, "dense/bias": ["Infinity"] * 5}
+    assert heat["nonfinite"] == 10
+    code, layer = _get(bad_client, "layer", run="nonfinite", variable="dense/bias")
+    assert code == 200 and layer["series"]["grad_norm"]["values"] == ["Infinity"] * 5
+    code, health = _get(bad_client, "health", run="nonfinite")
+    assert code == 200 and health["reports"], health
+
+
+def test_a_one_step_run(bad_client):
+    code, heat = _get(bad_client, "heatmap", run="one_step", metric="grad_norm")
+    assert code == 200 and heat["steps"] == [7]
+    assert heat["rows"] == ["dense/kernel"] and heat["values"] == [[1.5]]
+    code, health = _get(bad_client, "health", run="one_step")
+    assert code == 200 and health["steps"] == [7, 7]
+    assert "median 2" in health["reports"][0]["norm"]
+
+
+def test_the_page_files_are_served_from_the_package(client):
+    script = client.get(PREFIX + "index.js")
+    assert script.status_code == 200 and script.mimetype == "text/javascript"
+    assert b"export async function render" in script.data
+    assert b"innerHTML" not in script.data  # names are set as text only
+    assert client.get(PREFIX + "style.css").mimetype == "text/css"
+    for text in (script.data, client.get(PREFIX + "style.css").data):
+        assert b"http://" not in text.replace(b"http://www.w3.org/2000/svg", b"")
+        assert b"https://" not in text
+
+
+def _installed_from(distribution) -> str:
+    """The directory the installed metadata was built from."""
+    direct = json.loads(distribution.read_text("direct_url.json") or "{}")
+    if direct.get("url", "").startswith("file://"):
+        return os.path.realpath(urllib.parse.urlparse(direct["url"]).path)
+    return os.path.dirname(os.path.realpath(distribution.locate_file("keras_gradmon")))
+
+
+def test_the_entry_point_is_declared():
+    from importlib import metadata
+
+    import keras_gradmon
+    from keras_gradmon.dashboard.plugin import GradmonLoader
+
+    try:
+        distribution = metadata.distribution("keras-gradmon")
+    except metadata.PackageNotFoundError:
+        pytest.skip("keras-gradmon is not installed (only importable from source)")
+    here = os.path.dirname(os.path.dirname(os.path.realpath(keras_gradmon.__file__)))
+    installed = _installed_from(distribution)
+    if installed != here:
+        pytest.skip(
+            f"the installed keras-gradmon metadata is another checkout's "
+            f"({installed}, not {here}); `pip install -e .` here declares it"
+        )
+    points = [e for e in distribution.entry_points if e.group == "tensorboard_plugins"]
+    assert [(e.name, e.value) for e in points] == [
+        ("keras_gradmon", "keras_gradmon.dashboard.plugin:GradmonLoader")
+    ]
+    assert points[0].load() is GradmonLoader
