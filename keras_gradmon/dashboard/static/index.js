@@ -132,8 +132,10 @@ function drawHeatmap(data, onRow) {
     if (r >= 0 && r < data.rows.length) onRow(data.rows[r]);
   });
   canvas.title = `steps ${data.steps[0]} to ${data.steps[data.steps.length - 1]}`;
-  wrap.append(labels, canvas);
-  return { node: wrap, legend: drawLegend(range), width };
+  const right = el("div", { class: "heatmap-right" });
+  right.append(canvas);
+  wrap.append(labels, right);
+  return { node: wrap, legend: drawLegend(range), width, labels, right };
 }
 
 // Alerts as incidents on the heatmap's step axis: a bar per incident.
@@ -325,9 +327,9 @@ async function showRun(section, run, metric) {
       map.node,
     );
     if (incidents.length) {
-      const strip = el("div", { class: "strip" });
-      strip.append(el("div", { class: "strip-label" }, "alerts"), drawIncidentStrip(incidents, heat.steps, map.width));
-      parts.push(strip);
+      // Under the heatmap, on its step axis.
+      map.labels.append(el("div", { class: "strip-label" }, "alerts"));
+      map.right.append(drawIncidentStrip(incidents, heat.steps, map.width));
     }
     if (!heat.metrics.includes(metric)) parts.push(el("div", { class: "notes" }, `this run records no ${METRIC_NAMES[metric]}`));
   }

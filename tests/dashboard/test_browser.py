@@ -1,0 +1,181 @@
+"""The dashboard end to end: TensorBoard on a free port with the plugin, a
+real chromium through Playwright. Screenshots of a failure are kept under
+the test's tmp path (printed in the failure)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.dashboard.conftest import HOSTILE, STEPS
+
+CHROMIUM = "/usr/bin/chromium"
+DEADLINE_S = 90
+#: TensorBoard with the plugin, as the entry point would load it.
+SERVE = (
+    "import sys\n"
+    "from tensorboard import default, program\n"
+    "from keras_gradmon.dashboard.plugin import GradmonLoader\n"
+    "board = program.TensorBoard(plugins=default.get_plugins() + [GradmonLoader])\n"
+    "board.configure(argv=['', '--logdir', sys.argv[1], '--host', '127.0.0.1',\n"
+    "                      '--port', '0', '--load_fast', sys.argv[2]])\n"
+    "board.main()\n"
+)
+
+
+def _serve(log_dir, load_fast: str):
+    """`(process, port)` of TensorBoard serving `log_dir`."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen(
+        [sys.executable, "-c", SERVE, str(log_dir), load_fast],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    start = time.monotonic()
+    for line in process.stdout:  # "TensorBoard 2.x at http://127.0.0.1:PORT/"
+        if "http://127.0.0.1:" in line:
+            return process, int(line.split("http://127.0.0.1:")[1].split("/")[0])
+        if time.monotonic() - start > DEADLINE_S:
+            break
+    _stop(process)
+    pytest.fail("TensorBoard did not say where it serves")
+
+
+def _stop(process) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=20)
+
+
+def _get(port: int, route: str) -> dict:
+    url = f"http://127.0.0.1:{port}/data/plugin/keras_gradmon/{route}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _heatmap_when_loaded(port: int) -> dict:
+    """The run's heatmap once TensorBoard has read all its steps."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        try:
+            heat = _get(port, "heatmap?run=fit&metric=grad_norm")
+            if len(heat["steps"]) >= STEPS:
+                return heat
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail("TensorBoard did not serve the run's steps in time")
+        time.sleep(0.3)
+
+
+@pytest.mark.parametrize("load_fast", ["false", "auto"])
+def test_every_step_is_kept_on_both_data_paths(fit_logs, load_fast):
+    """More than TensorBoard's 10 samples of an unknown plugin: the loader's
+    sampling hint, on the Python multiplexer and the Rust data server."""
+    process, port = _serve(fit_logs[0], load_fast)
+    try:
+        heat = _heatmap_when_loaded(port)
+        assert heat["steps"] == list(range(STEPS)) and heat["samples"] == 1000
+        health = _get(port, "health?run=fit")
+        assert sum(i["count"] for r in health["reports"] for i in r["incidents"]) == (
+            fit_logs[1]
+        )  # every alert record (20 steps of alert_log texts) read
+    finally:
+        _stop(process)
+
+
+@pytest.fixture
+def board(fit_logs):
+    process, port = _serve(fit_logs[0], "auto")
+    try:
+        _heatmap_when_loaded(port)
+        yield port
+    finally:
+        _stop(process)
+
+
+def _playwright():
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"no chromium at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (the dev extra)")
+    return sync_playwright
+
+
+def test_the_dashboard_in_a_browser(board, tmp_path):
+    sync_playwright = _playwright()
+    shots = tmp_path / "screenshots"
+    problems, dialogs = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
+        page.on(
+            "console",
+            lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None,
+        )
+        try:
+            page.goto(f"http://127.0.0.1:{board}/#keras_gradmon")
+            _check_page(page)
+        except Exception as error:
+            shots.mkdir(exist_ok=True)
+            page.screenshot(path=str(shots / "page.png"), full_page=True)
+            raise AssertionError(f"{error}\n(screenshots in {shots})") from error
+        finally:
+            browser.close()
+    assert dialogs == [], "a run name ran as script"
+    assert problems == [], problems
+
+
+def _check_page(page) -> None:
+    frame = page.frame_locator("iframe")
+    runs = frame.locator(".run-choice")
+    runs.first.wait_for(timeout=60_000)
+    assert sorted(runs.all_text_contents()) == sorted(["fit", HOSTILE])
+    names = frame.locator("h3.run-name")
+    frame.locator(".heatmap-canvas").nth(1).wait_for(timeout=60_000)
+    assert sorted(names.all_text_contents()) == sorted(["fit", HOSTILE])
+    assert frame.locator("img").count() == 0  # the name is text, not markup
+    section = frame.locator("section.run", has=frame.locator("h3", has_text="fit"))
+    fit = section.filter(has_not_text="<img").first
+    labels = fit.locator(".row-label")
+    assert labels.all_text_contents() == [
+        "mlp/hidden/kernel", "mlp/hidden/bias", "mlp/head/kernel", "mlp/head/bias"
+    ]
+    painted = fit.locator(".heatmap-canvas").evaluate(
+        """(canvas) => {
+            const d = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+            const colours = new Set();
+            for (let i = 0; i < d.length; i += 4) colours.add(d[i] + "," + d[i + 1] + "," + d[i + 2] + "," + d[i + 3]);
+            return [canvas.width, canvas.height, colours.size];
+        }"""
+    )
+    width, height, colours = painted
+    assert height == 4 * 14 and width % STEPS == 0 and colours > 10, painted
+    assert "critical" in fit.locator(".badge").text_content()
+    assert fit.locator("table.incidents tr").count() > 1
+    assert "threshold" in fit.locator("table.incidents").text_content()
+    labels.first.click()
+    detail = fit.locator(".detail")
+    detail.locator(".chart-svg path.line").first.wait_for(timeout=30_000)
+    text = detail.text_content()
+    assert "Layer detail: mlp/hidden/kernel" in text
+    assert "gradient histogram over time" in text and "activation std" in text
+    assert detail.locator(".histogram-canvas").count() == 1
