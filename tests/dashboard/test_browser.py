@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -34,7 +33,10 @@ SERVE = (
 def _serve(log_dir, load_fast: str):
     """`(process, port)` of TensorBoard serving `log_dir`."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+    }
     process = subprocess.Popen(
         [sys.executable, "-c", SERVE, str(log_dir), load_fast],
         stdout=subprocess.PIPE,
@@ -91,8 +93,9 @@ def test_every_step_is_kept_on_both_data_paths(fit_logs, load_fast):
         heat = _heatmap_when_loaded(port)
         assert heat["steps"] == list(range(STEPS)) and heat["samples"] == 1000
         health = _get(port, "health?run=fit")
-        assert sum(i["count"] for r in health["reports"] for i in r["incidents"]) == (
-            fit_logs[1]
+        assert (
+            sum(i["count"] for r in health["reports"] for i in r["incidents"])
+            == (fit_logs[1])
         )  # every alert record (20 steps of alert_log texts) read
     finally:
         _stop(process)
@@ -129,7 +132,9 @@ def test_the_dashboard_in_a_browser(board, tmp_path):
         page.on("pageerror", lambda e: problems.append(f"pageerror: {e}"))
         page.on(
             "console",
-            lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None,
+            lambda m: (
+                problems.append(f"console: {m.text}") if m.type == "error" else None
+            ),
         )
         try:
             page.goto(f"http://127.0.0.1:{board}/#keras_gradmon")
@@ -142,6 +147,16 @@ def test_the_dashboard_in_a_browser(board, tmp_path):
             browser.close()
     assert dialogs == [], "a run name ran as script"
     assert problems == [], problems
+
+
+#: `[width, height, distinct colours]` of a canvas.
+COLOURS = """(canvas) => {
+    const d = canvas.getContext("2d")
+        .getImageData(0, 0, canvas.width, canvas.height).data;
+    const seen = new Set();
+    for (let i = 0; i < d.length; i += 4) seen.add(d.slice(i, i + 4).join());
+    return [canvas.width, canvas.height, seen.size];
+}"""
 
 
 def _check_page(page) -> None:
@@ -157,16 +172,12 @@ def _check_page(page) -> None:
     fit = section.filter(has_not_text="<img").first
     labels = fit.locator(".row-label")
     assert labels.all_text_contents() == [
-        "mlp/hidden/kernel", "mlp/hidden/bias", "mlp/head/kernel", "mlp/head/bias"
+        "mlp/hidden/kernel",
+        "mlp/hidden/bias",
+        "mlp/head/kernel",
+        "mlp/head/bias",
     ]
-    painted = fit.locator(".heatmap-canvas").evaluate(
-        """(canvas) => {
-            const d = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
-            const colours = new Set();
-            for (let i = 0; i < d.length; i += 4) colours.add(d[i] + "," + d[i + 1] + "," + d[i + 2] + "," + d[i + 3]);
-            return [canvas.width, canvas.height, colours.size];
-        }"""
-    )
+    painted = fit.locator(".heatmap-canvas").evaluate(COLOURS)
     width, height, colours = painted
     assert height == 4 * 14 and width % STEPS == 0 and colours > 10, painted
     assert "critical" in fit.locator(".badge").text_content()
