@@ -24,6 +24,7 @@ ROOMS = (
     ("monitors", ("activations", "rl", "callbacks", "integrations", "watching",
                   "_registration", "")),
     ("report", ("report", "cli", "demo")),
+    ("dashboard", ("dashboard",)),
 )  # fmt: skip
 
 

@@ -14,7 +14,8 @@ of the installed package (pyproject.toml), or through
 Example:
 
 >>> from tensorboard import default, program  # doctest: +SKIP
->>> board = program.TensorBoard(plugins=default.get_plugins() + [GradmonLoader()])
+>>> plugins = default.get_plugins() + [GradmonLoader()]  # doctest: +SKIP
+>>> board = program.TensorBoard(plugins=plugins)  # doctest: +SKIP
 >>> board.configure(logdir="logs")  # doctest: +SKIP
 """
 
