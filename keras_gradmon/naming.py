@@ -1,9 +1,10 @@
-"""Names of what is monitored: variable paths, unique names, group members."""
+"""Names of what is monitored: variable and layer paths, unique names,
+group members, and the tag scope of an activation tag's subject."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 
@@ -185,3 +186,46 @@ def describe_paths(paths: Sequence[str]) -> str:
     )
     noun = "variable" if len(paths) == 1 else "variables"
     return f"{len(paths)} {noun}: {shown}{more}"
+
+
+def layer_prefix(paths: Sequence[str], name: str) -> str | None:
+    """The path of layer `name` from its variables' `paths`: the segments
+    they all share before their last, up to the last one that is `name`
+    (a recurrent layer's variables sit under its cell's name), else all of
+    them (a name scope that differs from the layer's name). None without
+    paths: the layer has no variables.
+
+    Example:
+
+    >>> layer_prefix(["sequential/dense/kernel", "sequential/dense/bias"], "dense")
+    'sequential/dense'
+    >>> layer_prefix(["sequential/lstm/lstm_cell/kernel"], "lstm")
+    'sequential/lstm'
+    """
+    if not paths:
+        return None
+    common = _common_prefix([path.split("/")[:-1] for path in paths])
+    for end in range(len(common), 0, -1):
+        if common[end - 1] == name:
+            return "/".join(common[:end])
+    return "/".join(common) or None
+
+
+def split_scope(subject: str, scopes: Collection[str | None]) -> tuple[str | None, str]:
+    """`(scope, layer)` of an activation tag's subject (what follows
+    `activation_<stat>/`): scoped when its first segment is one of `scopes`
+    (the run's known tag scopes) and a layer follows, else unscoped. A
+    layer is named by its path (`sequential/dense`), so a `/` alone does
+    not mark a scope; logs of older versions named it by its bare name.
+
+    Example:
+
+    >>> split_scope("actor/sequential/dense", {None, "actor"})
+    ('actor', 'sequential/dense')
+    >>> split_scope("sequential/dense", {None, "actor"})
+    (None, 'sequential/dense')
+    """
+    head, _, rest = subject.partition("/")
+    if rest and head in scopes:
+        return head, rest
+    return None, subject

@@ -47,14 +47,14 @@ def test_steps_align_with_gradient_summaries_and_describe_that_steps_weights(
     )
     events = load_events(log_dir)
     grad_steps = scalar_series(events, "grad_norm/global").keys()
-    std = scalar_series(events, "activation_std/h2")
+    std = scalar_series(events, "activation_std/seq/h2")
     assert std.keys() == grad_steps == set(range(0, 12, 2))
     # Step 0 is measured before the first update: the initial weights.
-    assert std[0] == pytest.approx(before["h2"].astype(np.float64).std(), rel=1e-5)
-    after = models.reference_activations(model, probe)["h2"].std()
+    assert std[0] == pytest.approx(before["seq/h2"].astype(np.float64).std(), rel=1e-5)
+    after = models.reference_activations(model, probe)["seq/h2"].std()
     assert std[10] != pytest.approx(std[0], rel=1e-3)
     assert std[10] != pytest.approx(after, rel=1e-6)  # before step 10's update
-    dead = scalar_series(events, "activation_dead_fraction/h1")
+    dead = scalar_series(events, "activation_dead_fraction/seq/h1")
     assert set(dead.values()) == {len(models.DEAD) / 8}
 
 
@@ -90,7 +90,7 @@ def test_steps_per_execution_measures_each_due_step_once(tmp_path):
     _fit(models.sequential(), [callback], epochs=1, steps_per_execution=3)
     events = load_events(str(tmp_path))
     # Executions start at steps 0, 3: due steps 0 and 2 are measured there.
-    assert scalar_series(events, "activation_mean/h1").keys() == {0, 3}
+    assert scalar_series(events, "activation_mean/seq/h1").keys() == {0, 3}
 
 
 def test_stop_action_ends_fit_on_dead_units():
@@ -102,12 +102,13 @@ def test_stop_action_ends_fit_on_dead_units():
     )
     history = _fit(models.sequential(), [callback], epochs=3)
     assert len(history.epoch) == 1  # stopped in the first epoch
-    assert callback.alerts[0].subject == "h1"
+    assert callback.alerts[0].subject == "seq/h1"
 
 
 def test_unknown_layer_is_an_error_at_construction_or_fit_start():
     model = models.sequential()
-    with pytest.raises(ValueError, match=r"\['missing'\].*'h1', 'h2', 'h3', 'head'"):
+    message = r"\['missing'\].*'seq/h1', 'seq/h2', 'seq/h3', 'seq/head'"
+    with pytest.raises(ValueError, match=message):
         ActivationMonitorCallback(models.probe_data(4), layers=["missing"], model=model)
     callback = ActivationMonitorCallback(models.probe_data(4), layers=["missing"])
     with pytest.raises(ValueError, match=r"\['missing'\]"):

@@ -132,11 +132,11 @@ def test_gradient_alert_callback_writes_only_its_flags(old):
 
 @pytest.mark.parametrize("name", ["first", "kw"])
 def test_activation_callback_with_options_object_probes(old, name):
-    std = scalar_series(old.events[name], "activation_std/hidden")
+    std = scalar_series(old.events[name], "activation_std/mlp/hidden")
     assert std.keys() == {0, 2}
     assert std[0] == pytest.approx(_hidden_std(old.initial, old.probe), rel=1e-5)
     other = "kw" if name == "first" else "first"
-    assert std == scalar_series(old.events[other], "activation_std/hidden")
+    assert std == scalar_series(old.events[other], "activation_std/mlp/hidden")
 
 
 def test_activation_monitor_options_keyword(tmp_path):
@@ -150,7 +150,7 @@ def test_activation_monitor_options_keyword(tmp_path):
     assert monitor.options == options
     monitor.record(7)
     monitor.close()
-    std = scalar_series(load_events(str(tmp_path)), "activation_std/hidden")
+    std = scalar_series(load_events(str(tmp_path)), "activation_std/mlp/hidden")
     assert std == {7: pytest.approx(_hidden_std(model.get_weights(), x), rel=1e-5)}
 
 

@@ -102,11 +102,11 @@ def test_one_recorder_class_gets_every_monitors_numbers(tmp_path):
     norm = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads))
     assert rows["grad_norm/global"].keys() == {0, 2}
     assert float(rows["grad_norm/global"][0]) == pytest.approx(norm, rel=2e-5)
-    assert rows["activation_std/hidden"].keys() == {0, 2}
-    assert float(rows["activation_std/hidden"][0]) == pytest.approx(
+    assert rows["activation_std/mlp/hidden"].keys() == {0, 2}
+    assert float(rows["activation_std/mlp/hidden"][0]) == pytest.approx(
         hidden.std(), rel=2e-6
     )
-    assert rows["activation_hist/hidden"] == {0: "30 buckets", 2: "30 buckets"}
+    assert rows["activation_hist/mlp/hidden"] == {0: "30 buckets", 2: "30 buckets"}
     assert rows["alerts/threshold"] == {0: "1.0", 2: "1.0"}
     assert '"rule": "threshold"' in rows["alert_log/all"][0]
     # Every scalar the CSV got, TensorBoard got too (as float32): the

@@ -116,7 +116,7 @@ def test_the_global_norm_is_written_at_the_due_steps(watched):
 
 
 def test_activations_are_written_beside_the_gradients(watched):
-    std = scalar_series(watched.events, "activation_std/hidden")
+    std = scalar_series(watched.events, "activation_std/mlp/hidden")
     assert 0 in std and std.keys() <= STEPS
     # Step 0 is measured before the first update: the initial weights.
     expected = _hidden_std(watched.initial, watched.probe)
@@ -198,7 +198,7 @@ def test_a_config_file_sets_the_monitor_and_the_alerts(tmp_path):
     assert scalar_series(events, "grad_norm/global").keys() == {0, 2, 4}
     assert scalar_series(events, "alerts/nonfinite") == {0: 0.0, 2: 0.0, 4: 1.0}
     assert not [t for t in events.Tags()["tensors"] if t.startswith("grad_hist/")]
-    assert scalar_series(events, "activation_std/hidden").keys() == {0, 3}
+    assert scalar_series(events, "activation_std/mlp/hidden").keys() == {0, 3}
     assert [(a.rule, a.tier, a.step) for a in callbacks.alerts][:1] == [
         ("nonfinite", "critical", 4)
     ]

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from keras_gradmon.naming import unique_names
+from keras_gradmon.naming import layer_prefix, unique_names, variable_path
 
 #: Activation layers known by their class rather than an `activation` argument.
 _ACTIVATION_LAYERS = {
@@ -45,8 +45,9 @@ class WatchedLayer:
     """A layer whose outputs are measured.
 
     Attributes:
-        name: The layer's name in tags and alerts (made unique with `_1`,
-            `_2` ... when two layers share a name).
+        name: The layer's path, its name in tags and alerts (`layer_path`:
+            the prefix of its variables' paths, `sequential/dense`; made
+            unique with `_1`, `_2` ... when two layers share one).
         layer: The Keras 3 or tf_keras layer.
         activation: The activation it applies ("relu", "tanh", ...), or ""
             when it applies none that is known.
@@ -98,6 +99,86 @@ def model_layers(model: Any) -> list[Any]:
     return found
 
 
+def layer_path(layer: Any, parents: dict[int, Any] | None = None) -> str:
+    """The path of `layer` in the scheme of its variables' paths, so that
+    its activation tags and its variables' tags share one prefix.
+
+    A layer with variables: the prefix of their paths up to its name
+    (`sequential/dense` for `sequential/dense/kernel`; Keras 3's
+    `variable.path`, tf_keras's variable name without `:0`). A layer
+    without: its parent's path and its name (`sequential/dropout`), the
+    parent's path being Keras 3's record of where the layer was called,
+    else the one its siblings' paths show (tf_keras), else the parent's
+    own (`parents` maps a layer's id to the layer holding it, `layer_parents`).
+
+    Example:
+
+    >>> layer_path(model.get_layer("dense"))  # doctest: +SKIP
+    'sequential/dense'
+    """
+    own = _own_path(layer)
+    if own is not None:
+        return own
+    parent = _parent_path(layer, parents or {})
+    return f"{parent}/{layer.name}" if parent else layer.name
+
+
+def layer_parents(model: Any) -> dict[int, Any]:
+    """`{id(layer): the layer or model holding it}` of every layer in
+    `model`, nested ones included."""
+    parents = {}
+    for holder in model._flatten_layers(include_self=True, recursive=True):
+        for child in holder._flatten_layers(include_self=False, recursive=False):
+            parents.setdefault(id(child), holder)
+    return parents
+
+
+def _own_path(layer: Any) -> str | None:
+    """The path `layer`'s variables show, else Keras 3's `layer.path` (set
+    when it is built); None when neither is known."""
+    own = layer_prefix([variable_path(v) for v in _weights(layer)], layer.name)
+    if own is not None:
+        return own
+    path = getattr(layer, "path", None)
+    return path if isinstance(path, str) and path else None
+
+
+def _parent_path(layer: Any, parents: dict[int, Any]) -> str:
+    """The path of the scope `layer` runs in ("" at the top)."""
+    called_in = getattr(layer, "_parent_path", None)  # Keras 3, once called
+    if isinstance(called_in, str):
+        return called_in
+    parent = parents.get(id(layer))
+    if parent is None:
+        return ""
+    for sibling in parent._flatten_layers(include_self=False, recursive=False):
+        path = _named_path(sibling)
+        if path is not None:
+            return path[: -len(sibling.name)].rstrip("/")
+    if id(parent) in parents:
+        return layer_path(parent, parents)
+    # The model itself. Built, its variables show whether its layers ran in
+    # its scope (Sequential, subclassed) or at the top (functional); not
+    # built yet, they will run in its scope.
+    if _weights(parent):
+        return _named_path(parent) or ""
+    return parent.name
+
+
+def _weights(layer: Any) -> list[Any]:
+    """`layer.weights`; none where tf_keras refuses (a model not built)."""
+    try:
+        return list(layer.weights)
+    except ValueError:
+        return []
+
+
+def _named_path(layer: Any) -> str | None:
+    """`_own_path` where it ends with the layer's name, else None."""
+    path = _own_path(layer)
+    return path if path is not None and path.split("/")[-1] == layer.name else None
+
+
 def _loop_bodies(model: Any) -> set[int]:
     """The ids of the layers a recurrent layer calls inside its loop: its
     `cell` and the cell's own layers (stacked cells)."""
@@ -146,21 +227,24 @@ def select_layers(
         model: A Keras 3 or tf_keras model or network (Sequential,
             functional, subclassed, a tf-agents network).
         layers: None for every layer with a hidden-layer activation (any
-            but linear and softmax); a list of layer names; or a regex,
-            matched with `re.search` against the names.
+            but linear and softmax); a list of layer paths
+            (`sequential/hidden`) or names (`hidden`, where one layer has
+            it); or a regex, matched with `re.search` against each path
+            and each name.
 
     Raises:
-        ValueError: A name that is not a layer of `model`, a regex that
-            matches none, or a model without an activation layer; the
-            message lists the model's layer names.
+        ValueError: A name that is not a layer of `model` (or is the name
+            of several), a regex that matches none, or a model without an
+            activation layer; the message lists the model's layer paths.
 
     Example:
 
     >>> [w.name for w in select_layers(model, ["hidden"])]  # doctest: +SKIP
-    ['hidden']
+    ['sequential/hidden']
     """
     candidates = model_layers(model)
-    names = unique_names([layer.name for layer in candidates])
+    parents = layer_parents(model)
+    names = unique_names([layer_path(layer, parents) for layer in candidates])
     watched = [
         WatchedLayer(name, layer, activation_name(layer))
         for name, layer in zip(names, candidates)
@@ -170,13 +254,15 @@ def select_layers(
         if not chosen:
             raise ValueError(
                 "`layers` is None and the model has no layer with a hidden "
-                "activation (relu, tanh, ...) to watch. Pass layer names. "
+                "activation (relu, tanh, ...) to watch. Pass layer paths or names. "
                 f"The model's layers: {names}"
             )
         return chosen
     pattern = check_layers_argument(layers)
     if pattern is not None:
-        chosen = [w for w in watched if pattern.search(w.name)]
+        chosen = [
+            w for w in watched if pattern.search(w.name) or pattern.search(w.layer.name)
+        ]
         if not chosen:
             raise ValueError(
                 f"`layers` matches no layer of the model. Received: "
@@ -189,13 +275,19 @@ def select_layers(
 def _named(
     watched: list[WatchedLayer], layers: Sequence[str], names: list[str]
 ) -> list[WatchedLayer]:
-    """The watched layers named in `layers`; an unknown name is an error."""
-    by_name = {w.name: w for w in watched}
+    """The watched layers named in `layers` by path or by a name that one
+    layer has; an unknown or shared name is an error."""
+    by_name: dict[str, list[WatchedLayer]] = {}
+    for w in watched:
+        by_name.setdefault(w.layer.name, []).append(w)
+    by_name = {n: found[0] for n, found in by_name.items() if len(found) == 1}
+    by_name.update({w.name: w for w in watched})
     unknown = [n for n in layers if n not in by_name]
     if unknown or not layers:
         raise ValueError(
             f"`layers` names {'no layer' if not layers else unknown} of the "
-            f"model. Received: layers={list(layers)!r}. "
+            "model (a name must be a layer's path, or the name of one layer). "
+            f"Received: layers={list(layers)!r}. "
             f"The model's layers: {names}"
         )
     return [by_name[n] for n in dict.fromkeys(layers)]

@@ -61,6 +61,7 @@ from keras_gradmon.columns import (
     variable_statistic,
 )
 from keras_gradmon.formatting import format_number
+from keras_gradmon.naming import split_scope
 from keras_gradmon.report.events import Run
 from keras_gradmon.report.rl import group_key
 from keras_gradmon.report.timeline import Timeline, alert_timeline
@@ -237,12 +238,25 @@ def _layer_findings(
 
 
 def activation_layers(run: Run, scope: str | None) -> list[str]:
-    """The layers an `ActivationMonitor` measured (its tags' subjects)."""
+    """The layers an `ActivationMonitor` measured under `scope` (its tags'
+    subjects): layer paths, or bare names in older logs (`split_scope`)."""
+    known = _known_scopes(run)
     return [
         layer
         for layer in subjects(run, "activation_std", scope)
-        if "/" not in layer  # else a scoped monitor's layer
+        if scope is not None or split_scope(layer, known)[0] is None
     ]
+
+
+def _known_scopes(run: Run) -> set[str | None]:
+    """The tag scopes of `run` other than activation tags': of monitored
+    optimizers, alert flags and alerts (`alerts/<scope>/<rule>`)."""
+    known = monitor_scopes(run.scalars)
+    for name in run.scalars:
+        if name.startswith("alerts/") and name.count("/") == 2:
+            known.add(name.split("/")[1])
+    known.update(alert.get("scope") for alert in run.alerts)
+    return {s for s in known if not is_rl_alert_scope(s)}
 
 
 def layer_names(activation: Iterable[str], gradient: Iterable[str]) -> dict[str, str]:
@@ -781,10 +795,11 @@ def scopes(run: Run) -> list[str | None]:
     """The tag scopes in `run` (None: unscoped): of the monitored optimizers
     (`grad_norm/<scope>/global`), of activation monitors and of alerts."""
     found = monitor_scopes(run.scalars)
+    known = _known_scopes(run)
     for name in run.scalars:
         if name.startswith("activation_std/"):
             subject = name[len("activation_std/") :]
-            found.add(subject.rsplit("/", 1)[0] if "/" in subject else None)
+            found.add(split_scope(subject, known)[0])
     found.update(
         alert.get("scope")
         for alert in run.alerts

@@ -99,13 +99,14 @@ def subclassed(seed: int = 0) -> keras.Model:
 
 
 def reference_activations(model: keras.Model, x: np.ndarray) -> dict[str, np.ndarray]:
-    """Each hidden layer's output on `x`, by calling the layers one by one."""
+    """Each hidden layer's output on `x`, by calling the layers one by one,
+    under the layer's path (the prefix of its variables' paths)."""
     if isinstance(model, Subclassed):
         h1 = model.h1(x)
         return {
-            "h1": np.asarray(h1),
-            "inner": np.asarray(model.block.inner(h1)),
-            "gate": np.asarray(model.block.gate(h1)),
+            "sub/h1": np.asarray(h1),
+            "sub/block/inner": np.asarray(model.block.inner(h1)),
+            "sub/block/gate": np.asarray(model.block.gate(h1)),
         }
     if model.name == "func":
         shared = model.get_layer("shared")
@@ -118,7 +119,7 @@ def reference_activations(model: keras.Model, x: np.ndarray) -> dict[str, np.nda
     out, y = {}, x
     for layer in model.layers[:-1]:
         y = layer(y)
-        out[layer.name] = np.asarray(y)
+        out[f"{model.name}/{layer.name}"] = np.asarray(y)
     return out
 
 
@@ -142,12 +143,22 @@ def reference_statistics(y: np.ndarray, activation: str) -> dict[str, float]:
     return {k: float(v) for k, v in stats.items()}
 
 
-#: Each builder and the activation of each layer it has watched by default.
+#: Each builder and the activation of each layer it has watched by default,
+#: by the layer's path: Sequential and subclassed models call their layers
+#: in their own name scope, a functional model its layers at the top.
 BUILDERS = {
-    "sequential": (sequential, {"h1": "relu", "h2": "tanh", "h3": "sigmoid"}),
+    "sequential": (
+        sequential,
+        {"seq/h1": "relu", "seq/h2": "tanh", "seq/h3": "sigmoid"},
+    ),
     "functional": (functional, {"shared": "relu", "h2": "tanh"}),
-    "subclassed": (subclassed, {"h1": "relu", "inner": "tanh", "gate": "sigmoid"}),
+    "subclassed": (
+        subclassed,
+        {"sub/h1": "relu", "sub/block/inner": "tanh", "sub/block/gate": "sigmoid"},
+    ),
 }
+#: The dead layer's path, by builder.
+H1 = {"sequential": "seq/h1", "subclassed": "sub/h1"}
 
 
 def assert_snapshot_matches(snapshot, model: keras.Model, x: np.ndarray) -> None:

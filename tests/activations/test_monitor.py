@@ -23,18 +23,63 @@ def test_statistics_match_numpy(kind):
     assert snapshot.step == 7 and snapshot.samples == len(x)
     assert dict(zip(snapshot.layers, snapshot.activations)) == activations
     models.assert_snapshot_matches(snapshot, model, x)
-    if "h2" in activations and kind == "sequential":
+    if kind == "sequential":
         # The data exercises saturation for real.
-        assert 0 < snapshot.stat("saturated_fraction")["h2"] < 1
+        assert 0 < snapshot.stat("saturated_fraction")["seq/h2"] < 1
+
+
+@pytest.mark.parametrize("kind", sorted(BUILDERS))
+def test_a_layer_is_named_by_the_prefix_of_its_variables_paths(kind):
+    monitor = ActivationMonitor(BUILDERS[kind][0](), models.probe_data(8))
+    for watched in monitor.watched:
+        paths = [v.path for v in watched.layer.weights]
+        assert paths and all(p.startswith(f"{watched.name}/") for p in paths)
+        assert watched.name.split("/")[-1] == watched.layer.name
+
+
+def test_layers_without_variables_are_named_in_the_same_scheme():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Dense(4, name="inner_dense")(inputs)
+    encoder = keras.Model(
+        inputs, keras.layers.ReLU(name="inner_relu")(hidden), name="encoder"
+    )
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(4, name="d"),
+            keras.layers.Activation("tanh", name="act"),
+            keras.layers.Dropout(0.5, name="drop"),
+            encoder,
+            keras.layers.Dense(2, name="head"),
+        ],
+        name="outer",
+    )
+    monitor = ActivationMonitor(model, models.probe_data(8)[:, :4], layers=".")
+    paths = dict(zip([w.layer.name for w in monitor.watched], monitor.layer_names))
+    # The nested functional model called its layers at the top: their
+    # variables' paths (`inner_dense/kernel`) carry no `encoder/`.
+    assert paths == {
+        "d": "outer/d",
+        "act": "outer/act",
+        "drop": "outer/drop",
+        "inner_dense": "inner_dense",
+        "inner_relu": "inner_relu",
+        "head": "outer/head",
+    }
+    assert model.get_layer("encoder").get_layer("inner_dense").kernel.path == (
+        "inner_dense/kernel"
+    )
 
 
 @pytest.mark.parametrize("kind", ["sequential", "subclassed"])
 def test_exactly_the_dead_units_are_reported(kind):
     model = BUILDERS[kind][0]()
     snapshot = ActivationMonitor(model, models.probe_data()).record(0)
-    assert snapshot.dead_units["h1"].tolist() == models.DEAD
-    assert snapshot.stat("dead_fraction")["h1"] == len(models.DEAD) / 8
-    others = [layer for layer in snapshot.layers if layer != "h1"]
+    h1 = models.H1[kind]
+    assert snapshot.dead_units[h1].tolist() == models.DEAD
+    assert snapshot.stat("dead_fraction")[h1] == len(models.DEAD) / 8
+    others = [layer for layer in snapshot.layers if layer != h1]
     assert all(snapshot.dead_units[layer].size == 0 for layer in others)
 
 
@@ -70,21 +115,38 @@ def test_a_unit_alive_on_one_sample_is_not_dead():
     x[:, 0] = np.minimum(x[:, 0], 2.0)
     x[5, 0] = 4.0
     snapshot = ActivationMonitor(model, x, layers=["h1"]).record(0)
-    assert snapshot.dead_units["h1"].tolist() == models.DEAD
+    assert snapshot.dead_units["seq/h1"].tolist() == models.DEAD
     x[5, 0] = 2.0
     snapshot = ActivationMonitor(model, x, layers=["h1"]).record(0)
-    assert snapshot.dead_units["h1"].tolist() == sorted([0, *models.DEAD])
+    assert snapshot.dead_units["seq/h1"].tolist() == sorted([0, *models.DEAD])
 
 
-def test_layer_selection_by_names_and_regex():
+def test_layer_selection_by_paths_names_and_regex():
     model = models.sequential()
     x = models.probe_data(8)
-    assert ActivationMonitor(model, x).layer_names == ["h1", "h2", "h3"]
-    assert ActivationMonitor(model, x, layers=["head", "h1"]).layer_names == [
-        "head",
-        "h1",
+    paths = ["seq/h1", "seq/h2", "seq/h3"]
+    assert ActivationMonitor(model, x).layer_names == paths
+    assert ActivationMonitor(model, x, layers=["head", "seq/h1"]).layer_names == [
+        "seq/head",
+        "seq/h1",
     ]
-    assert ActivationMonitor(model, x, layers=r"^h[23]$").layer_names == ["h2", "h3"]
+    assert ActivationMonitor(model, x, layers=r"^h[23]$").layer_names == paths[1:]
+    assert ActivationMonitor(model, x, layers=r"^seq/h1").layer_names == paths[:1]
+
+
+def test_a_name_two_layers_share_must_be_given_as_a_path():
+    keras.utils.set_random_seed(0)
+    twins = [
+        keras.Sequential([keras.layers.Dense(3, activation="relu", name="d")], name=n)
+        for n in ("left", "right")
+    ]
+    inputs = keras.Input((models.FEATURES,))
+    model = keras.Model(inputs, [twin(inputs) for twin in twins])
+    x = models.probe_data(8)
+    assert ActivationMonitor(model, x).layer_names == ["left/d", "right/d"]
+    assert ActivationMonitor(model, x, layers=["right/d"]).layer_names == ["right/d"]
+    with pytest.raises(ValueError, match=r"names \['d'\] of the model.*'left/d'"):
+        ActivationMonitor(model, x, layers=["d"])
 
 
 def test_probe_is_traced_once_and_runs_without_python():
@@ -134,8 +196,8 @@ def test_event_file_holds_the_snapshot(tmp_path):
     monitor.flush()
     events = load_events(str(tmp_path))
     tags = set(events.Tags()["tensors"])
-    assert "activation_saturated_fraction/q/h2" in tags
-    assert "activation_saturated_fraction/q/h1" not in tags  # relu
+    assert "activation_saturated_fraction/q/seq/h2" in tags
+    assert "activation_saturated_fraction/q/seq/h1" not in tags  # relu
     for name in ACTIVATION_STATISTICS:
         for layer, value in first.stat(name).items():
             series = {
@@ -144,7 +206,7 @@ def test_event_file_holds_the_snapshot(tmp_path):
             }
             assert series[0] == pytest.approx(value, nan_ok=True)
             assert series[5] == pytest.approx(second.stat(name)[layer], nan_ok=True)
-    histograms = histogram_series(events, "activation_hist/q/h1")
+    histograms = histogram_series(events, "activation_hist/q/seq/h1")
     assert histograms[0][:, 2].sum() == x.shape[0] * 8
     flags = {
         e.step: float(tf.make_ndarray(e.tensor_proto))
@@ -172,11 +234,11 @@ def test_alerts_name_the_layer_and_run_actions(tmp_path, caplog):
         )
         monitor.record(0)
     (alert,) = monitor.alerts
-    assert (alert.rule, alert.subject, alert.value) == ("threshold", "h1", 0.375)
-    assert "activation_dead_fraction of 'h1' = 0.375 > 0.25" in caplog.text
+    assert (alert.rule, alert.subject, alert.value) == ("threshold", "seq/h1", 0.375)
+    assert "activation_dead_fraction of 'seq/h1' = 0.375 > 0.25" in caplog.text
     assert monitor.stop_requested
     assert (tmp_path / "alerts.jsonl").read_text().count("\n") == 1
-    with pytest.raises(keras_gradmon.GradientAlertError, match="'h1'"):
+    with pytest.raises(keras_gradmon.GradientAlertError, match="'seq/h1'"):
         ActivationMonitor(
             model, x, dead_fraction=0.25, actions={"warning": "raise"}
         ).record(0)
@@ -191,7 +253,7 @@ def test_band_alert_for_an_exploding_layer():
     for step in range(3):
         monitor.record(step)
     assert [(a.subject, a.comparison, a.step) for a in monitor.alerts] == [
-        ("h1", ">", 2)
+        ("seq/h1", ">", 2)
     ]
 
 
@@ -207,7 +269,7 @@ def test_a_layer_the_pass_skips_is_reported_as_not_reached():
     )
     snapshot = monitor.record(0)
     assert snapshot.reached.tolist() == [True, False]
-    assert "h2" not in snapshot.stat("mean")
+    assert "seq/h2" not in snapshot.stat("mean")
     assert np.isnan(snapshot.stats[1]).all()
 
 
@@ -217,7 +279,7 @@ def test_a_layer_the_pass_skips_is_reported_as_not_reached():
         (
             {"layers": ["h1", "nope"]},
             r"`layers` names \['nope'\] of the model.*The model's layers: "
-            r"\['h1', 'h2', 'h3', 'head'\]",
+            r"\['seq/h1', 'seq/h2', 'seq/h3', 'seq/head'\]",
         ),
         ({"layers": "^x"}, r"matches no layer.*Received: layers='\^x'"),
         ({"layers": 3}, "Received: layers=3"),
@@ -238,7 +300,7 @@ def test_bad_arguments_are_clear_errors(kwargs, message):
 
 def test_a_model_without_hidden_activations_needs_layer_names():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="out")])
-    with pytest.raises(ValueError, match=r"no layer with a hidden activation.*'out'"):
+    with pytest.raises(ValueError, match=r"no layer with a hidden activation.*/out'"):
         ActivationMonitor(model, np.zeros((4, 3), "float32"))
     assert ActivationMonitor(model, np.zeros((4, 3), "float32"), layers=["out"])
 
@@ -247,7 +309,7 @@ def test_an_options_object_with_keyword_overrides():
     model, x = models.sequential(), models.probe_data(8)
     options = ActivationOptions(data=x, layers=["h1", "h2"], every_n_steps=5)
     monitor = ActivationMonitor(model, options, every_n_steps=3, dead_fraction=0.3)
-    assert monitor.layer_names == ["h1", "h2"]
+    assert monitor.layer_names == ["seq/h1", "seq/h2"]
     assert [monitor.due(s) for s in range(7)] == [1, 0, 0, 1, 0, 0, 1]
     assert sorted(monitor.engine.rules) == [
         "activation_collapse",
@@ -285,20 +347,23 @@ def test_a_recurrent_layer_is_measured_by_its_output_not_its_cell(kind):
             getattr(keras.layers, kind)(4, name="rnn"),
             keras.layers.Dense(2, activation="relu", name="h"),
             keras.layers.Dense(1, name="head"),
-        ]
+        ],
+        name="rec",
     )
     x = np.random.default_rng(0).normal(size=(16, 5, 3)).astype("float32")
     monitor = ActivationMonitor(model, x)
-    assert monitor.layer_names == ["rnn", "h"]
+    # The recurrent layer's variables sit under its cell (`rec/rnn/<cell>/...`).
+    assert monitor.layer_names == ["rec/rnn", "rec/h"]
     snapshot = monitor.record(step=1)
     rnn = keras.Model(model.inputs, model.get_layer("rnn").output)(x).numpy()
-    assert snapshot.stat("std")["rnn"] == pytest.approx(float(np.std(rnn)), rel=1e-5)
+    want = pytest.approx(float(np.std(rnn)), rel=1e-5)
+    assert snapshot.stat("std")["rec/rnn"] == want
     # A fresh recurrent layer's output is small (about 0.04 here): the std
     # band is not applied to it.
     assert list(snapshot.activations) == ["recurrent", "relu"]
     assert keras_gradmon.activations.monitor.activation_metrics(snapshot)[
         "activation_std"
-    ].keys() == {"h"}
+    ].keys() == {"rec/h"}
     callback = keras_gradmon.ActivationMonitorCallback(x, every_n_steps=1)
     model.compile("adam", "mse")
     model.fit(x, x[:, 0, :1], epochs=2, verbose=0, callbacks=[callback])

@@ -36,8 +36,11 @@ def test_qnetwork_hidden_layers_match_numpy():
     x = _observations()
     monitor = keras_gradmon.ActivationMonitor(agent._q_network, x)
     dense = [d for d in _encoder_layers(agent) if type(d).__name__ == "Dense"]
-    # The relu layers of the encoder, not the linear Q-value head.
-    assert monitor.layer_names == [d.name for d in dense]
+    # The relu layers of the encoder, not the linear Q-value head, each
+    # named by its kernel's path (`QNetwork/EncodingNetwork/dense_2/kernel:0`).
+    paths = [d.kernel.name[: -len("/kernel:0")] for d in dense]
+    assert paths[0].startswith("QNetwork/EncodingNetwork/")
+    assert monitor.layer_names == paths
     assert [w.activation for w in monitor.watched] == ["relu", "relu"]
     snapshot = monitor.record(0)
     for name, y in zip(monitor.layer_names, _reference(agent, x)):
@@ -46,6 +49,22 @@ def test_qnetwork_hidden_layers_match_numpy():
             assert snapshot.stat(stat)[name] == pytest.approx(
                 expected[stat], rel=2e-6, abs=1e-7
             ), (name, stat)
+
+
+def test_a_layer_without_variables_is_named_under_its_network():
+    agent, _ = make_agent(False)
+    (flatten,) = [
+        layer
+        for layer in _encoder_layers(agent)
+        if type(layer).__name__ == "Flatten"
+    ]
+    dense = next(d for d in _encoder_layers(agent) if type(d).__name__ == "Dense")
+    encoder = dense.kernel.name[: -len(f"/{dense.name}/kernel:0")]
+    monitor = keras_gradmon.ActivationMonitor(
+        agent._q_network, _observations(8), layers=[flatten.name]
+    )
+    assert encoder == "QNetwork/EncodingNetwork"
+    assert monitor.layer_names == [f"{encoder}/{flatten.name}"]
 
 
 @pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
