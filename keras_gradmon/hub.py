@@ -70,6 +70,9 @@ class Recorder(Protocol):
     # Optional: `write_table(table, step)`, a step's per-variable numbers as
     # one `keras_gradmon.columns.Table`. A recorder without it gets them as
     # scalars (`Table.scalars()`, the per-variable tags).
+    # Optional: `write_alerts(batch, step)`, a step's alerts as one
+    # `keras_gradmon.alerts.events.AlertBatch`. A recorder without it gets
+    # them as text: one JSON object per alert (`AlertBatch.lines()`).
 
     def flush(self) -> None:
         """Makes everything written so far visible to readers."""
@@ -97,6 +100,8 @@ class Publication:
         texts: `{tag: lines}`, each written as one text entry.
         tables: Per-variable numbers (`keras_gradmon.columns.Table`), each
             written with the recorder's `write_table`, or as scalars.
+        alerts: Alerts (`keras_gradmon.alerts.events.AlertBatch`), each
+            written with the recorder's `write_alerts`, or as text.
         metrics: `{metric: {subject: value}}`, what alert rules read
             (`AlertEngine.update`); not written by recorders.
         origin: The publishing monitor: listeners subscribed to it get only
@@ -111,6 +116,7 @@ class Publication:
     histograms: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
     texts: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
     tables: Sequence[Any] = ()
+    alerts: Sequence[Any] = ()
     metrics: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     origin: Any = None
     record: bool = True
@@ -154,10 +160,11 @@ class Hub:
     Publishing is serialized (one lock): a gradient writer's worker thread
     and an activation monitor on the training thread may share a hub, and
     a recorder never sees two writes at once. Recorders get scalars, then
-    histograms, then texts, skipping what is empty; listeners run after the
-    recorders, in subscription order, and may publish again (an alert
-    delivery writes its flags through the same hub). An error in a recorder
-    or listener propagates to the publisher: nothing is dropped silently.
+    histograms, texts, tables and alerts, skipping what is empty; listeners
+    run after the recorders, in subscription order, and may publish again
+    (an alert delivery writes its flags through the same hub). An error in
+    a recorder or listener propagates to the publisher: nothing is dropped
+    silently.
 
     Args:
         recorders: Where to write (`Recorder` objects).
@@ -296,3 +303,9 @@ def _write(recorder: Recorder, publication: Publication) -> None:
             recorder.write_scalars(table.scalars(), step)
         else:
             write_table(table, step)
+    for batch in publication.alerts:
+        write_alerts = getattr(recorder, "write_alerts", None)
+        if write_alerts is None:
+            recorder.write_text(batch.text_tag, batch.lines(), step)
+        else:
+            write_alerts(batch, step)

@@ -154,8 +154,10 @@ class Events:
         for name in accumulator.Tags()["tensors"]:
             metadata = accumulator.SummaryMetadata(name)
             if metadata.plugin_data.plugin_name == "keras_gradmon":
-                self.tables[name] = json.loads(metadata.plugin_data.content)
-                self._expand(name, self.tables[name])
+                names = json.loads(metadata.plugin_data.content)
+                if names.get("kind") == "variables":  # not the alerts
+                    self.tables[name] = names
+                    self._expand(name, names)
 
     def _expand(self, name: str, names: dict) -> None:
         from tensorboard.backend.event_processing.event_accumulator import (
@@ -206,6 +208,21 @@ def scalar_series(events, tag: str) -> dict[int, float]:
         e.step: float(tensor_util.make_ndarray(e.tensor_proto))
         for e in events.Tensors(tag)
     }
+
+
+def alert_records(events, scope: str | None = None) -> list[dict]:
+    """The alerts (`Alert.to_dict()`) of a run's `keras_gradmon/alerts` tag
+    (`keras_gradmon/<scope>/alerts`), read with JSON alone: the last event
+    of each step, which holds every alert of that step, in step order."""
+    from tensorboard.util import tensor_util
+
+    tag = f"keras_gradmon/{scope}/alerts" if scope else "keras_gradmon/alerts"
+    last = {e.step: e for e in events.Tensors(tag)}
+    return [
+        json.loads(line)
+        for step in sorted(last)
+        for line in tensor_util.make_ndarray(last[step].tensor_proto)
+    ]
 
 
 def histogram_series(events, tag: str) -> dict[int, np.ndarray]:

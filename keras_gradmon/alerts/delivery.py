@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from keras_gradmon.alerts.base import Rule
 from keras_gradmon.alerts.engine import AlertEngine, RateLimiter
 from keras_gradmon.alerts.events import (
-    ALERT_LOG,
     CRITICAL,
     TIERS,
     WARNING,
     Alert,
+    AlertBatch,
 )
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
 from keras_gradmon.columns import (
@@ -98,9 +98,11 @@ def validate_actions(actions: Mapping[str, Action] | None) -> dict[str, Action]:
 class AlertDelivery:
     """Delivers what an `AlertEngine` raised: log lines grouped into
     incidents (`IncidentLog`, logger "keras_gradmon"), `alerts/<rule>`
-    flags and the alerts as JSON text (`alert_log/all`) published to a
-    `Hub` (source "alerts", so every recorder of the hub gets them), JSON
-    Lines, and each tier's action. Every alert is recorded and acted on;
+    flags and the alerts (an `AlertBatch`: in TensorBoard a Markdown table
+    under `alert_log/all` and the records under `keras_gradmon/alerts`, see
+    `keras_gradmon.alerts.log`) published to a `Hub` (source "alerts", so
+    every recorder of the hub gets them), JSON Lines, and each tier's
+    action. Every alert is recorded and acted on;
     only the log lines fold repeats. Shared by the gradient, activation and
     RL alerts.
 
@@ -182,17 +184,14 @@ class AlertDelivery:
             tag("alerts", name, self.tag_scope): float(name in engine.fired)
             for name in engine.rules
         }
-        # The alerts themselves, for `keras-gradmon report` and TensorBoard's
-        # Text dashboard: one JSON object per line.
-        texts = {}
-        if alerts:
-            lines = [json.dumps(alert.to_dict()) for alert in alerts]
-            texts[tag(ALERT_LOG, "all", self.tag_scope)] = lines
+        # The alerts themselves: a recorder writes them its way (TensorBoard:
+        # a Markdown table and the records, `alerts.log`), or as JSON text.
+        batches = (AlertBatch(tuple(alerts), self.tag_scope),) if alerts else ()
         # Written where this process writes summaries (the chief); the
         # hub's listeners get the flags anyway.
         record = bool(self.hub.recorders) and self.writes()
         self.hub.publish(
-            Publication(step, ALERTS, flags, texts=texts, origin=self, record=record)
+            Publication(step, ALERTS, flags, alerts=batches, origin=self, record=record)
         )
         if record:
             self.hub.flush()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import json
 import math
 import os
 import socket
@@ -37,7 +38,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import google_crc32c
 import numpy as np
@@ -55,10 +56,18 @@ from tensorboard.summary.writer import record_writer
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
+from keras_gradmon.alerts.log import alerts_content, alerts_markdown, alerts_tag
 from keras_gradmon.columns import PLUGIN_NAME, Table
 from keras_gradmon.hub import Hub, check_hub
 
+if TYPE_CHECKING:
+    from keras_gradmon.alerts.events import AlertBatch
+
 _MASK_DELTA = 0xA282EAD8
+#: The steps of a tag scope whose alerts `write_alerts` keeps, to write
+#: each again with a later batch of its step (steps come in order; a few
+#: spare for monitors publishing a little out of step).
+_ALERT_STEPS_KEPT = 4
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -319,7 +328,8 @@ def _flush_open_files() -> None:
 
 
 class TensorBoardRecorder:
-    """Writes `{tag: value}` scalars, `{tag: [k, 3]}` histograms and text.
+    """Writes `{tag: value}` scalars, `{tag: [k, 3]}` histograms, text, the
+    per-variable tables and the alerts.
 
     All the values of one call are packed into one `Summary` protocol buffer
     on the host and written as one event (with its step and wall time), so
@@ -379,6 +389,8 @@ class TensorBoardRecorder:
         self._described: set[str] = set()
         self._heads: dict[str, bytes] = {}  # see `scalar_head`
         self._table_heads: dict[tuple, bytes] = {}  # see `write_table`
+        # The alerts of the last few steps of each tag scope (`write_alerts`).
+        self._alerts: dict[str | None, dict[int, list[dict]]] = {}
 
     @property
     def destination(self) -> Any:
@@ -462,6 +474,34 @@ class TensorBoardRecorder:
                 writer.add_serialized(summary_event(summary, step))
             else:
                 _write_raw(writer, summary_pb2.Summary.FromString(summary), step)
+
+    def write_alerts(self, batch: AlertBatch, step: int) -> None:
+        """Writes the alerts of `batch` at `step` as one event: a Markdown
+        table (`alerts_markdown`) under `batch.text_tag` for the Text tab,
+        and the records (`Alert.to_dict()`, as JSON strings) under
+        `alerts_tag(batch.scope)`, plugin `keras_gradmon`. Both hold every
+        alert this recorder was given for that step and scope so far:
+        TensorBoard shows the last event of a step, so a second batch of a
+        step (another monitor's, an evaluation's) hides none of the first."""
+        with self._lock:
+            steps = self._alerts.setdefault(batch.scope, {})
+            records = steps.setdefault(int(step), [])
+            records += batch.records()
+            if len(steps) > _ALERT_STEPS_KEPT:
+                del steps[next(iter(steps))]
+            summary = summary_pb2.Summary()
+            markdown = np.array(alerts_markdown(records), dtype=object)
+            entry = summary.value.add(
+                tag=batch.text_tag, tensor=tensor_util.make_tensor_proto(markdown)
+            )
+            self._describe(entry, self._text_metadata)
+            lines = np.array([json.dumps(r) for r in records], dtype=object)
+            entry = summary.value.add(
+                tag=alerts_tag(batch.scope),
+                tensor=tensor_util.make_tensor_proto(lines),
+            )
+            self._describe(entry, alerts_metadata(batch.scope))
+            self._write(summary, step)
 
     def _head(self, tag: str) -> bytes:
         head = self._heads.get(tag)
@@ -553,6 +593,23 @@ def table_metadata(table: Table) -> summary_pb2.SummaryMetadata:
     return summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(
             plugin_name=PLUGIN_NAME, content=table.content()
+        ),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+
+
+def alerts_metadata(scope: str | None) -> summary_pb2.SummaryMetadata:
+    """The summary metadata of the alert records under `scope`: plugin
+    `keras_gradmon`, `alerts_content(scope)`, a tensor time series.
+
+    Example:
+
+    >>> alerts_metadata("rl").plugin_data.content
+    b'{"kind": "alerts", "version": 1, "scope": "rl"}'
+    """
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME, content=alerts_content(scope)
         ),
         data_class=summary_pb2.DATA_CLASS_TENSOR,
     )

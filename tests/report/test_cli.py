@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 
 from keras_gradmon.alerts.events import format_number
 from keras_gradmon.cli import EXIT_ALERTS, EXIT_ERROR, main
-from tests.reference import load_events, scalar_series
+from tests.reference import alert_records, load_events, scalar_series
 
 #: Runs before the quick files (tests/conftest.py).
 pytestmark = pytest.mark.slow
@@ -57,13 +56,7 @@ def test_report_lists_the_alerts_in_order_with_their_messages(demo_logs, capsys)
     _, out, _ = _report(capsys, demo_logs, "--no-plots")
     section = out.split("== no_clipping/train ==")[1]
     events = load_events(str(demo_logs / "no_clipping" / "train"))
-    from tensorboard.util import tensor_util
-
-    written = [
-        json.loads(line)
-        for event in events.Tensors("alert_log/all")
-        for line in tensor_util.make_ndarray(event.tensor_proto)
-    ]
+    written = alert_records(events)
     assert any(a["tier"] == "critical" for a in written)
     listed = [line.strip() for line in section.splitlines() if line.startswith("  ")]
     messages = [a["message"] for a in sorted(written, key=lambda a: a["step"])]

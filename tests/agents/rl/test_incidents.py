@@ -8,13 +8,12 @@ import json
 import logging
 
 import pytest
-from tensorboard.util import tensor_util
 from tf_agents.utils import common
 
 from keras_gradmon.rl.monitor import RLHealthMonitor
 from keras_gradmon.rl.rules import OverestimationRule, default_rl_rules
 from tests.agents.rl.helpers import BATCH, chain_dqn, collect
-from tests.reference import load_events, scalar_series
+from tests.reference import alert_records, load_events, scalar_series
 
 STEPS = 160
 PREFILL = 30
@@ -85,11 +84,7 @@ def test_a_lasting_overestimation_logs_a_few_lines_and_keeps_every_alert(
     events = load_events(str(tmp_path / "logs"))
     flags = scalar_series(events, "alerts/rl/value_overestimation")
     assert flags == {step: float(step >= 2) for step in range(STEPS)}
-    texts = [
-        json.loads(line)
-        for event in events.Tensors("alert_log/rl/all")
-        for line in tensor_util.make_ndarray(event.tensor_proto)
-    ]
+    texts = alert_records(events, "rl")
     assert [t for t in texts if t["rule"] == "overestimation"] == [
         a.to_dict() for a in over
     ]

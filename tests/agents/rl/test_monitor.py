@@ -4,8 +4,6 @@ only, event files read back with TensorBoard's reader, alerts to the report."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -23,7 +21,7 @@ from tests.agents.rl.helpers import (
     collect,
     true_value,
 )
-from tests.reference import load_events, scalar_series
+from tests.reference import alert_records, load_events, scalar_series
 
 PREFILL = 30
 
@@ -154,13 +152,7 @@ def test_overestimation_alert_reaches_the_report(tmp_path, capsys):
         5: 0.0,
         10: 1.0,
     }
-    from tensorboard.util import tensor_util
-
-    (logged,) = [
-        json.loads(line)
-        for event in events.Tensors("alert_log/rl/all")
-        for line in tensor_util.make_ndarray(event.tensor_proto)
-    ]
+    (logged,) = alert_records(events, "rl")
     assert logged["message"] == alert.message
     code = main(["report", str(tmp_path), "--no-plots", "--fail-on", "warning"])
     out = capsys.readouterr().out

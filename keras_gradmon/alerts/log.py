@@ -1,0 +1,180 @@
+"""How alerts are kept in a TensorBoard event file, and read back.
+
+Each step that raised alerts gets, under every tag scope, two summaries in
+one event: a Markdown table for TensorBoard's Text tab (`alert_log/all`,
+`alert_log/<scope>/all`: `alerts_markdown`) and the records themselves, a
+1-D string tensor of one JSON object (`Alert.to_dict()`) per alert, under
+`alerts_tag(scope)` (`keras_gradmon/alerts`, `keras_gradmon/<scope>/alerts`),
+plugin `keras_gradmon` with `alerts_content(scope)` in its first event's
+metadata, so that it stays out of the Text tab. Both hold every alert of
+their step written so far: TensorBoard keeps the last event of a step, and
+a reader of every event keeps the last of each step, too.
+
+`keras-gradmon report` and the dashboard read the records with
+`decode_alerts`. No TensorFlow here.
+
+Example:
+
+>>> import numpy as np
+>>> from keras_gradmon.alerts.events import Alert
+>>> alert = Alert("spike", "warning", 7, 3.5, 2.0, "global")
+>>> value = np.array([json.dumps(alert.to_dict()).encode()], dtype=object)
+>>> (record,) = decode_alerts(alerts_content("actor"), value)
+>>> record["rule"], record["scope"], alerts_tag("actor")
+('spike', 'actor', 'keras_gradmon/actor/alerts')
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from keras_gradmon.alerts.events import Alert
+from keras_gradmon.columns import PLUGIN_NAME, tag
+from keras_gradmon.formatting import format_number
+
+__all__ = [
+    "ALERTS_KIND",
+    "alerts_content",
+    "alerts_markdown",
+    "alerts_tag",
+    "decode_alerts",
+]
+
+#: The `kind` of the alerts' plugin content (a table's is "variables").
+ALERTS_KIND = "alerts"
+#: The versions of the alerts' records `decode_alerts` reads.
+_VERSIONS = (1,)
+#: Written as a backslash escape in a Markdown table cell: Markdown's own
+#: marks, and `|`, which would end the cell.
+_MARKS = frozenset("\\`*_[]|")
+#: Written as HTML entities: TensorBoard's sanitizer would drop a tag.
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_COLUMNS = ("tier", "rule", "subject", "value", "threshold", "hint")
+
+
+def alerts_tag(scope: str | None) -> str:
+    """The tag of the alert records under the tag scope `scope`.
+
+    Example:
+
+    >>> alerts_tag(None), alerts_tag("rl")
+    ('keras_gradmon/alerts', 'keras_gradmon/rl/alerts')
+    """
+    return tag(PLUGIN_NAME, ALERTS_KIND, scope)
+
+
+def alerts_content(scope: str | None) -> bytes:
+    """The plugin content of the alert records' summary metadata.
+
+    Example:
+
+    >>> alerts_content(None)
+    b'{"kind": "alerts", "version": 1, "scope": null}'
+    """
+    return json.dumps({"kind": ALERTS_KIND, "version": 1, "scope": scope}).encode()
+
+
+def decode_alerts(content: bytes, value: np.ndarray) -> list[dict]:
+    """The alerts of one event of an alerts tag: `content` is the plugin
+    content of the tag's metadata, `value` its tensor (JSON strings).
+
+    Returns:
+        Each alert as `Alert.to_dict()` gave it, plus "scope" (the tag
+        scope, or None).
+
+    Raises:
+        ValueError: `content` is not an alerts record of a version read
+            here, or an element of `value` is not an alert's JSON object.
+
+    Example:
+
+    >>> decode_alerts(b'{"kind": "x"}', np.array([]))
+    Traceback (most recent call last):
+    ...
+    ValueError: not keras_gradmon alerts (kind "alerts", version 1): b'{"kind": "x"}'
+    """
+    try:
+        names = json.loads(content)
+        known = names["kind"] == ALERTS_KIND and names["version"] in _VERSIONS
+        scope = names.get("scope")
+    except (ValueError, KeyError, TypeError):
+        known = False
+    if not known:
+        raise ValueError(
+            f'not keras_gradmon alerts (kind "{ALERTS_KIND}", version '
+            f"{', '.join(map(str, _VERSIONS))}): {content[:80]!r}"
+        )
+    return [{**_record(item), "scope": scope} for item in np.ravel(value)]
+
+
+def _record(item: Any) -> dict:
+    """One element of an alerts tensor as its dict, checked to be an alert."""
+    text = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
+    try:
+        record = json.loads(text)
+        Alert.from_dict(record)  # has every field an alert needs
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"not an alert's JSON object: {text[:80]!r}") from error
+    return record
+
+
+def alerts_markdown(alerts: Sequence[Mapping[str, Any]]) -> str:
+    """The alerts as a Markdown table for TensorBoard's Text tab: one row
+    per alert (tier, rule, subject, value, threshold, hint), under a line
+    that counts them. The text of each cell is escaped: a `|` in a
+    variable's name does not break the table.
+
+    Args:
+        alerts: `Alert.to_dict()` records (as `decode_alerts` returns them).
+
+    Example:
+
+    >>> alert = Alert("threshold", "critical", 300, 826256.0, 50000.0,
+    ...               "actor|cnn", "lower the learning rate")
+    >>> print(alerts_markdown([alert.to_dict()]))
+    **1 alert at step 300**: 1 critical
+    <BLANKLINE>
+    | tier | rule | subject | value | threshold | hint |
+    | --- | --- | --- | --- | --- | --- |
+    | CRITICAL | gradient threshold | actor\\|cnn | 826,256 | &gt; 50,000 | lower the learning rate |
+    """  # noqa: E501
+    lines = [_heading(alerts), ""]
+    lines.append("| " + " | ".join(_COLUMNS) + " |")
+    lines.append("| " + " | ".join("---" for _ in _COLUMNS) + " |")
+    for record in alerts:
+        lines.append("| " + " | ".join(_escape(c) for c in _cells(record)) + " |")
+    return "\n".join(lines)
+
+
+def _heading(alerts: Sequence[Mapping[str, Any]]) -> str:
+    """The line above the table: "**2 alerts at step 300**: 1 critical, 1
+    warning"."""
+    noun = "alert" if len(alerts) == 1 else "alerts"
+    steps = {record.get("step") for record in alerts}
+    where = f" at step {steps.pop()}" if len(steps) == 1 else ""
+    tiers = [record.get("tier") for record in alerts]
+    counts = [f"{tiers.count(t)} {t}" for t in dict.fromkeys(sorted(tiers, key=str))]
+    return f"**{len(alerts)} {noun}{where}**: " + ", ".join(counts)
+
+
+def _cells(record: Mapping[str, Any]) -> list[str]:
+    """The row of one alert, in plain words."""
+    alert = Alert.from_dict(record)
+    subject = alert.subject
+    listed = alert.details.get("subjects")
+    if isinstance(listed, (list, tuple)) and len(listed) > 1:
+        subject += f" and {len(listed) - 1} more"
+    hint = alert.hint + (f" [{alert.note}]" if alert.note else "")
+    threshold = f"{alert.comparison} {format_number(alert.threshold)}"
+    tier = alert.tier.upper()
+    return [tier, alert.title, subject, format_number(alert.value), threshold, hint]
+
+
+def _escape(text: str) -> str:
+    """`text` as the literal text of one Markdown table cell."""
+    text = " ".join(text.split())  # a line break would end the row
+    return "".join(_ENTITIES.get(c) or ("\\" + c if c in _MARKS else c) for c in text)
