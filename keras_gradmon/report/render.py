@@ -31,13 +31,13 @@ from keras_gradmon.report.analysis import (
     Signals,
     Spread,
 )
-from keras_gradmon.report.events import FileDamage
 from keras_gradmon.report.plots import (
     plot_groups,
     plot_layer_heatmap,
     plot_norms,
     plot_rl,
 )
+from keras_gradmon.report.records import FileDamage
 from keras_gradmon.report.rl import EVAL_RETURN, GroupSummary, RLReport
 from keras_gradmon.report.timeline import Timeline, timeline_rows
 
