@@ -141,7 +141,7 @@ class RunAccumulator:
     >>> acc.add_histogram_tag("grad_hist/dense/kernel")
     >>> run = acc.run("r")
     >>> run.stats("grad_norm/global").count, len(run.scalars["grad_norm/global"])
-    (1000, 64)
+    (1000, 33)
     """
 
     def __init__(self, max_points: int | None = MAX_POINTS) -> None:

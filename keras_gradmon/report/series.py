@@ -3,11 +3,12 @@ its points for the medians and the plots, beside exact aggregates over every
 point for what the report states exactly.
 
 The kept points are the first point (smallest step) of each bucket of
-`width` steps, plus the last point; `width` is the smallest power of two
-that leaves at most `max_points` of them. So the kept steps depend only on
-the series' steps (not on the order of the files or the reading), and two
-tags written at the same steps keep the same steps, which the report needs
-to combine tags step by step (a layer's norm from its variables' norms).
+`width` steps, plus the last point and the highest finite one; `width` is
+the smallest power of two that leaves at most `max_points` of them. So
+the kept steps depend only on the series' points (not on the order of the
+files or of the reading), and two tags written at the same steps keep the
+same steps but for their highest points, which the report needs to combine
+tags step by step (a layer's norm from its variables' norms).
 
 The aggregates are exact over every point, whatever the bound: the number
 of points, the first and last step, the last value, the lowest and highest
@@ -66,7 +67,7 @@ class Series(Mapping[int, float]):
     `Mapping`), and the exact aggregates over all of them.
 
     Args:
-        max_points: The most points kept (at least 2), or None: all.
+        max_points: The most points kept (at least 3), or None: all.
 
     Example:
 
@@ -80,10 +81,10 @@ class Series(Mapping[int, float]):
 
     def __init__(self, max_points: int | None = MAX_POINTS) -> None:
         if max_points is not None and (
-            not isinstance(max_points, int) or max_points < 2
+            not isinstance(max_points, int) or max_points < 3
         ):
             raise ValueError(
-                "`max_points` must be an integer >= 2 or None. "
+                "`max_points` must be an integer >= 3 or None. "
                 f"Received: max_points={max_points!r}"
             )
         self.max_points = max_points
@@ -227,11 +228,12 @@ class Series(Mapping[int, float]):
         steps = np.concatenate([self._steps, steps])
         values = np.concatenate([self._values, values])
         if self.max_points is not None and steps.size > self.max_points:
-            while np.unique(steps[:-1] // self.width).size > self.max_points - 1:
+            while np.unique(steps[:-1] // self.width).size > self.max_points - 2:
                 self.width *= 2
-            first = np.append(
-                np.unique(steps[:-1] // self.width, return_index=True)[1],
-                steps.size - 1,
-            )
+            first = np.unique(steps[:-1] // self.width, return_index=True)[1]
+            high = np.searchsorted(steps, self._aggregates.high_step or 0)
+            if high < steps.size and steps[high] == self._aggregates.high_step:
+                first = np.union1d(first, [high])  # the highest point stays
+            first = np.append(first[first < steps.size - 1], steps.size - 1)
             steps, values = steps[first], values[first]
         self._steps, self._values = steps, values
