@@ -76,6 +76,14 @@ class Run:
         (empty if absent)."""
         return self.stats(tag).kept()
 
+    @property
+    def unread_notes(self) -> list[str]:
+        """A sentence per reason in `unread`, naming the run."""
+        return [
+            f"run {self.name!r}: {count:,} value(s) not read: {reason}"
+            for reason, count in sorted(self.unread.items())
+        ]
+
     def stats(self, tag: str) -> Series:
         """The `Series` of a scalar tag (an empty one if absent)."""
         found = self.scalars.get(tag)

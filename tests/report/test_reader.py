@@ -11,6 +11,7 @@ import os
 import numpy as np
 import pytest
 
+from keras_gradmon.cli import main
 from keras_gradmon.columns import PLUGIN_NAME, Table
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 from keras_gradmon.report.accumulator import RunAccumulator
@@ -102,11 +103,14 @@ def test_the_reader_reads_what_tensorboard_reads(logs):
     assert run.unread == {} and run.damaged == []
 
 
-def test_the_new_alerts_record_is_counted_until_it_is_decoded(tmp_path):
+def test_the_new_alerts_record_is_counted_until_it_is_decoded(tmp_path, capsys):
     _alerts_record(str(tmp_path), 7)
     (run,) = load_runs(str(tmp_path))
     reason = "keras_gradmon/alerts: alerts records (no decoder in this version)"
     assert run.unread == {reason: 1} and run.alerts == []
+    assert main(["report", str(tmp_path), "--no-plots"]) == 0
+    note = f"WARNING: run {tmp_path.name!r}: 1 value(s) not read: {reason}"
+    assert note in capsys.readouterr().out
 
 
 def test_the_table_reads_as_its_scalars_at_every_step(logs):
