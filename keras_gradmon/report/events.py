@@ -22,8 +22,13 @@ from tensorboard.compat.proto import event_pb2
 from tensorboard.util import tensor_util
 
 from keras_gradmon.report.accumulator import Run, RunAccumulator
-from keras_gradmon.report.records import Damage, FileDamage, read_records
-from keras_gradmon.report.series import MAX_POINTS
+from keras_gradmon.report.records import (
+    Damage,
+    FileDamage,
+    RecordReader,
+    read_records,
+)
+from keras_gradmon.report.series import BATCH, MAX_POINTS
 
 __all__ = [
     "Damage",
@@ -53,6 +58,7 @@ _DTYPES = {
     23: (np.uint64, "uint64_val"),
 }
 _HALF = 19
+_FLOAT = 1
 _PLUGIN = "keras_gradmon"
 
 
@@ -116,9 +122,11 @@ class _FileReader:
     def __init__(self, accumulator: RunAccumulator) -> None:
         self.accumulator = accumulator
         self.plugins: dict[str, tuple[str, bytes]] = {}
+        # float32 scalars (what tf.summary.scalar writes) not yet handed over
+        self.floats: dict[str, tuple[list[int], list[bytes]]] = {}
 
     def read(self, path: str) -> FileDamage | None:
-        records, damage = read_records(path)
+        records = RecordReader(path)
         events, first, last = 0, None, None
         for record in records:
             try:
@@ -133,23 +141,46 @@ class _FileReader:
                 last = step if last is None else max(last, step)
                 for value in event.summary.value:
                     self._value(step, value)
-        if damage is None:
+        for tag in list(self.floats):
+            self._hand_over(tag)
+        if records.damage is None:
             return None
-        return FileDamage(damage, events, None if first is None else (first, last))
+        steps = None if first is None else (first, last)
+        return FileDamage(records.damage, events, steps)
 
     def _value(self, step: int, value: object) -> None:
-        tag, kind = value.tag, value.WhichOneof("value")
+        tag = value.tag
         known = self.plugins.get(tag)
         if known is None and value.HasField("metadata"):
             data = value.metadata.plugin_data
             known = self.plugins[tag] = (data.plugin_name, data.content)
         plugin, content = known or ("", b"")
+        if plugin == "scalars":  # the fast path: the value's 4 bytes, kept
+            tensor = value.tensor
+            number = tensor.tensor_content
+            if len(number) == 4 and tensor.dtype == _FLOAT:
+                pending = self.floats.get(tag)
+                if pending is None:
+                    pending = self.floats[tag] = ([], [])
+                pending[0].append(step)
+                pending[1].append(number)
+                if len(pending[0]) >= BATCH:
+                    self._hand_over(tag)
+                return
+        if tag in self.floats:  # keeps the tag's values in their order
+            self._hand_over(tag)
+        kind = value.WhichOneof("value")
         if kind == "simple_value":
             self.accumulator.add_scalar(tag, step, value.simple_value)
         elif kind == "histo" or plugin == "histograms":
             self.accumulator.add_histogram_tag(tag)
         elif kind == "tensor" and plugin in ("scalars", "", "text", _PLUGIN):
             self._tensor(tag, step, value.tensor, plugin, content)
+
+    def _hand_over(self, tag: str) -> None:
+        steps, numbers = self.floats.pop(tag)
+        values = np.frombuffer(b"".join(numbers), "<f4").astype(np.float64)
+        self.accumulator.add_scalars(tag, np.array(steps, np.int64), values)
 
     def _tensor(
         self, tag: str, step: int, tensor: object, plugin: str, content: bytes

@@ -228,12 +228,17 @@ class Series(Mapping[int, float]):
         steps = np.concatenate([self._steps, steps])
         values = np.concatenate([self._values, values])
         if self.max_points is not None and steps.size > self.max_points:
-            while np.unique(steps[:-1] // self.width).size > self.max_points - 2:
+            while _firsts(steps[:-1] // self.width).size > self.max_points - 2:
                 self.width *= 2
-            first = np.unique(steps[:-1] // self.width, return_index=True)[1]
+            first = _firsts(steps[:-1] // self.width)
             high = np.searchsorted(steps, self._aggregates.high_step or 0)
             if high < steps.size and steps[high] == self._aggregates.high_step:
                 first = np.union1d(first, [high])  # the highest point stays
             first = np.append(first[first < steps.size - 1], steps.size - 1)
             steps, values = steps[first], values[first]
         self._steps, self._values = steps, values
+
+
+def _firsts(buckets: np.ndarray) -> np.ndarray:
+    """The index of the first of each run of equal (sorted) buckets."""
+    return np.flatnonzero(np.diff(buckets, prepend=buckets[0] - 1))

@@ -17,6 +17,7 @@ from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
 from keras_gradmon.report.accumulator import RunAccumulator
 from keras_gradmon.report.analysis import analyze_run
 from keras_gradmon.report.events import load_runs
+from keras_gradmon.report.records import RecordReader, read_records
 from keras_gradmon.report.series import Series
 from tests.reference import load_events, scalar_series
 
@@ -131,6 +132,22 @@ def test_a_cut_file_is_still_reported_with_what_was_read(logs, tmp_path):
     assert found.damage.truncated and found.damage.path == str(tmp_path / name)
     last = run.stats("grad_norm/global").last[0]
     assert 0 < last < STEPS - 1 and found.steps[1] == last
+
+
+@pytest.mark.parametrize("cut", [None, 0.5])
+def test_records_read_a_small_block_at_a_time_are_the_same(logs, tmp_path, cut):
+    (name,) = [f for f in os.listdir(logs) if f.endswith(".keras_gradmon")]
+    path = os.path.join(logs, name)
+    if cut is not None:
+        with open(path, "rb") as file:
+            data = file.read()
+        path = str(tmp_path / name)
+        with open(path, "wb") as file:
+            file.write(data[: int(len(data) * cut)])
+    whole, damage = read_records(path)
+    reader = RecordReader(path, block=64)  # shorter than most records
+    assert list(reader) == whole and len(whole) > 50
+    assert reader.damage == damage and (damage is None) == (cut is None)
 
 
 def test_a_bounded_read_of_the_files_states_the_same_exact_numbers(logs):
