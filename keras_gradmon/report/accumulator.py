@@ -201,7 +201,11 @@ class RunAccumulator:
         elif plugin_name == "histograms":
             self._histograms.add(tag)
         elif plugin_name == "text" and tag.split("/", 1)[0] == ALERT_LOG:
-            self._alerts.extend(_alert_lines(tag, value))
+            found = _alert_lines(tag, value)
+            self._alerts.extend(found)
+            if len(found) < np.size(value):
+                bad = np.size(value) - len(found)
+                self.count_unread(f"{tag}: lines that are no alert (JSON object)", bad)
         elif plugin_name == PLUGIN_NAME:
             self._add_record(tag, step, value, content)
 

@@ -66,7 +66,8 @@ def _checksum(data: bytes) -> int:
         crc = google_crc32c.value(data)
     else:
         crc = int(crc32c(np.frombuffer(data, np.uint8), [0], [len(data)])[0])
-    return int(masked(np.array([crc]))[0])
+    rotated = ((crc >> 15) | (crc << 17)) & _ALL  # as `masked`, on one int
+    return (rotated + _MASK_DELTA) & _ALL
 
 
 class RecordReader:
