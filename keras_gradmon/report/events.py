@@ -197,9 +197,10 @@ def load_run(path: str, name: str, max_points: int | None = MAX_POINTS) -> Run:
     """Reads every scalar, histogram tag and alert of one run directory.
 
     Event files are read in name order (their names start with the time
-    they were created); a step written twice keeps its last value. Each
-    scalar tag keeps at most `max_points` points (None: all) beside exact
-    aggregates (`series.Series`).
+    they were created). Each scalar tag keeps at most `max_points` points
+    (None: all) beside exact aggregates (`series.Series`); a step written
+    twice keeps its last value among the kept points, and its first in the
+    aggregates when the two were read far apart (a resumed run).
 
     Example:
 

@@ -233,7 +233,9 @@ class Series(Mapping[int, float]):
             first = _firsts(steps[:-1] // self.width)
             high = np.searchsorted(steps, self._aggregates.high_step or 0)
             if high < steps.size and steps[high] == self._aggregates.high_step:
-                first = np.union1d(first, [high])  # the highest point stays
+                at = np.searchsorted(first, high)  # the highest point stays
+                if at == first.size or first[at] != high:
+                    first = np.insert(first, at, high)
             first = np.append(first[first < steps.size - 1], steps.size - 1)
             steps, values = steps[first], values[first]
         self._steps, self._values = steps, values

@@ -240,3 +240,9 @@ def test_a_run_longer_than_the_bound_gets_the_same_verdicts():
         theirs.last,
         theirs.summaries,
     )
+
+
+@pytest.mark.parametrize("bad", [2, 0, 3.5, "64"])
+def test_a_bad_bound_is_named_with_the_value_received(bad):
+    with pytest.raises(ValueError, match=f"`max_points`.*Received: max_points={bad!r}"):
+        RunAccumulator(max_points=bad)
