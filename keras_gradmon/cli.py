@@ -149,6 +149,7 @@ def run_report(
         groups=group_reports(rl, group) if group else [],
         damaged=[damage for run in runs for damage in run.damaged],
         signal_groups=group_signals(reports, group) if group else [],
+        unread=[note for run in runs for note in run.unread_notes],
     )
     print(report_text(log_dir, contents))
     for damage in contents.damaged:

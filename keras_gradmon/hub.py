@@ -71,7 +71,7 @@ class Recorder(Protocol):
     # one `keras_gradmon.columns.Table`. A recorder without it gets them as
     # scalars (`Table.scalars()`, the per-variable tags).
     # Optional: `write_alerts(batch, step)`, a step's alerts as one
-    # `keras_gradmon.alerts.events.AlertBatch`. A recorder without it gets
+    # `keras_gradmon.alerts.log.AlertBatch`. A recorder without it gets
     # them as text: one JSON object per alert (`AlertBatch.lines()`).
 
     def flush(self) -> None:
@@ -100,7 +100,7 @@ class Publication:
         texts: `{tag: lines}`, each written as one text entry.
         tables: Per-variable numbers (`keras_gradmon.columns.Table`), each
             written with the recorder's `write_table`, or as scalars.
-        alerts: Alerts (`keras_gradmon.alerts.events.AlertBatch`), each
+        alerts: Alerts (`keras_gradmon.alerts.log.AlertBatch`), each
             written with the recorder's `write_alerts`, or as text.
         metrics: `{metric: {subject: value}}`, what alert rules read
             (`AlertEngine.update`); not written by recorders.

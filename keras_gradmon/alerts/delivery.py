@@ -29,9 +29,9 @@ from keras_gradmon.alerts.events import (
     TIERS,
     WARNING,
     Alert,
-    AlertBatch,
 )
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS, IncidentLog
+from keras_gradmon.alerts.log import AlertBatch
 from keras_gradmon.columns import (
     NO_STEP,
     tag,

@@ -1,5 +1,6 @@
-"""The `Alert` record that every rule emits, how it reads in a log, and
-`AlertBatch`, the alerts of one step as a hub hands them to recorders.
+"""The `Alert` record that every rule emits, and how it reads in a log (the
+alerts of a step as a hub hands them to recorders are
+`keras_gradmon.alerts.log.AlertBatch`).
 
 An alert is plain data: it is logged as one line (`Alert.message`) and
 written to a JSON Lines file (`Alert.to_dict`), so it holds no reference to
@@ -8,13 +9,11 @@ the rule that produced it.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from keras_gradmon.columns import tag
 from keras_gradmon.formatting import format_number
 
 #: Tier of an alert that needs a look but not necessarily action.
@@ -235,39 +234,3 @@ class Alert:
             subject=str(data["subject"]),
             **{key: data[key] for key in fields if key in data},
         )
-
-
-@dataclass(frozen=True)
-class AlertBatch:
-    """The alerts one delivery raised at one step, under one tag scope: what
-    a hub hands to each recorder. A recorder with `write_alerts(batch,
-    step)` (TensorBoard's: `keras_gradmon.alerts.log`) writes them its way;
-    any other gets `write_text(batch.text_tag, batch.lines(), step)`, one
-    JSON object (`Alert.to_dict`) per line.
-
-    Attributes:
-        alerts: The alerts, in the order they fired.
-        scope: The tag scope they were raised under (None: none).
-
-    Example:
-
-    >>> batch = AlertBatch((Alert("spike", WARNING, 7, 3.5, 2.0, "global"),), "rl")
-    >>> batch.text_tag, json.loads(batch.lines()[0])["rule"]
-    ('alert_log/rl/all', 'spike')
-    """
-
-    alerts: tuple[Alert, ...]
-    scope: str | None = None
-
-    @property
-    def text_tag(self) -> str:
-        """`alert_log/all`, or `alert_log/<scope>/all`."""
-        return tag(ALERT_LOG, "all", self.scope)
-
-    def records(self) -> list[dict[str, Any]]:
-        """Each alert as `Alert.to_dict()`."""
-        return [alert.to_dict() for alert in self.alerts]
-
-    def lines(self) -> list[str]:
-        """Each alert as one line of JSON."""
-        return [json.dumps(record) for record in self.records()]

@@ -16,7 +16,7 @@ a reader of every event keeps the last of each step, too.
 Example:
 
 >>> import numpy as np
->>> from keras_gradmon.alerts.events import Alert
+>>> from keras_gradmon.alerts.events import ALERT_LOG, Alert
 >>> alert = Alert("spike", "warning", 7, 3.5, 2.0, "global")
 >>> value = np.array([json.dumps(alert.to_dict()).encode()], dtype=object)
 >>> (record,) = decode_alerts(alerts_content("actor"), value)
@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from keras_gradmon.alerts.events import Alert
+from keras_gradmon.alerts.events import ALERT_LOG, Alert
 from keras_gradmon.columns import PLUGIN_NAME, tag
 from keras_gradmon.formatting import format_number
 
 __all__ = [
     "ALERTS_KIND",
+    "AlertBatch",
     "alerts_content",
     "alerts_markdown",
     "alerts_tag",
@@ -178,3 +180,53 @@ def _escape(text: str) -> str:
     """`text` as the literal text of one Markdown table cell."""
     text = " ".join(text.split())  # a line break would end the row
     return "".join(_ENTITIES.get(c) or ("\\" + c if c in _MARKS else c) for c in text)
+
+
+@dataclass(frozen=True)
+class AlertBatch:
+    """The alerts one delivery raised at one step, under one tag scope: what
+    a hub hands to each recorder. A recorder with `write_alerts(batch,
+    step)` (TensorBoard's: `keras_gradmon.alerts.log`) writes them its way;
+    any other gets `write_text(batch.text_tag, batch.lines(), step)`, one
+    JSON object (`Alert.to_dict`) per line.
+
+    Attributes:
+        alerts: The alerts, in the order they fired.
+        scope: The tag scope they were raised under (None: none).
+
+    Example:
+
+    >>> batch = AlertBatch((Alert("spike", "warning", 7, 3.5, 2.0, "global"),), "rl")
+    >>> batch.text_tag, json.loads(batch.lines()[0])["rule"]
+    ('alert_log/rl/all', 'spike')
+    """
+
+    alerts: tuple[Alert, ...]
+    scope: str | None = None
+
+    @property
+    def text_tag(self) -> str:
+        """`alert_log/all`, or `alert_log/<scope>/all`."""
+        return tag(ALERT_LOG, "all", self.scope)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Each alert as `Alert.to_dict()`."""
+        return [alert.to_dict() for alert in self.alerts]
+
+    @property
+    def records_tag(self) -> str:
+        """`keras_gradmon/alerts`, or `keras_gradmon/<scope>/alerts`."""
+        return alerts_tag(self.scope)
+
+    def content(self) -> bytes:
+        """The plugin content of the records' tag (`alerts_content`)."""
+        return alerts_content(self.scope)
+
+    @staticmethod
+    def markdown(records: Sequence[Mapping[str, Any]]) -> str:
+        """The Markdown table of `records` (`alerts_markdown`)."""
+        return alerts_markdown(records)
+
+    def lines(self) -> list[str]:
+        """Each alert as one line of JSON."""
+        return [json.dumps(record) for record in self.records()]

@@ -4,7 +4,7 @@ by the same code over the numbers the data provider serves.
 
 Example:
 
->>> from keras_gradmon.report.events import Run
+>>> from keras_gradmon.report.accumulator import Run
 >>> health(Run("empty", {}, [], []))["verdict"]
 'no keras_gradmon numbers in this run'
 """
@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from keras_gradmon.alerts.events import CRITICAL, WARNING
 from keras_gradmon.alerts.incidents import Incident
 from keras_gradmon.dashboard.reading import Alerts, Grid, Listing, Source
 from keras_gradmon.formatting import format_number
+from keras_gradmon.report.accumulator import Run, RunAccumulator
 from keras_gradmon.report.analysis import RunReport, analyze
-from keras_gradmon.report.events import Run
 
 
 def report_run(
@@ -32,9 +34,17 @@ def report_run(
 
     >>> run = report_run(source, "run_a", listing, grid, alerts)  # doctest: +SKIP
     """
+    reader = RunAccumulator()
     scalars = source.scalars(run, listing.scalars)
     scalars.update(grid.scalars)
-    return Run(run, scalars, list(listing.histograms), list(alerts.records))
+    for tag, points in scalars.items():
+        steps = np.array(sorted(points), dtype=np.int64)
+        values = np.array([points[step] for step in steps], dtype=np.float64)
+        reader.add_scalars(tag, steps, values)
+    for tag in listing.histograms:
+        reader.add_histogram_tag(tag)
+    reader.add_alerts(alerts.records)
+    return reader.run(run)
 
 
 def incident(item: Incident) -> dict[str, Any]:
@@ -67,7 +77,7 @@ def verdict(report: RunReport) -> tuple[str, str]:
 
     Example:
 
-    >>> from keras_gradmon.report.events import Run
+    >>> from keras_gradmon.report.accumulator import Run
     >>> verdict(analyze([Run("r", {"grad_norm/global": {0: 1.0}}, [], [])])[0])
     ('ok', 'healthy: no alerts, no unhealthy layers')
     """

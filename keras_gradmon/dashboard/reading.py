@@ -25,6 +25,7 @@ import numpy as np
 from tensorboard.data import provider as tb_provider
 
 from keras_gradmon.alerts.events import ALERT_LOG
+from keras_gradmon.alerts.log import decode_alerts
 from keras_gradmon.columns import GLOBAL, PLUGIN_NAME, Table, variable_statistic
 
 #: The per-variable numbers the heatmap can show, in menu order.
@@ -266,34 +267,6 @@ def _text(element: Any) -> str:
     )
 
 
-def _json_alerts(content: bytes, value: Any) -> list[dict]:
-    """The alerts of a `keras_gradmon/alerts` record: one JSON object per
-    element of its 1-D string tensor.
-
-    Raises:
-        ValueError: An element is not a JSON object.
-    """
-    del content
-    found = []
-    for element in np.ravel(value):
-        alert = json.loads(_text(element))
-        if not isinstance(alert, dict):
-            raise ValueError(f"not an alert: {_text(element)[:80]!r}")
-        found.append(alert)
-    return found
-
-
-def _decoder() -> Any:
-    # TODO(issue 32, at merge): `keras_gradmon.alerts.log` is another
-    # engineer's, not in this tree yet; until it is, its records are read
-    # with the JSON fallback above (one JSON object per element).
-    try:
-        from keras_gradmon.alerts.log import decode_alerts
-    except ImportError:
-        return _json_alerts
-    return decode_alerts
-
-
 @dataclasses.dataclass
 class Alerts:
     """A run's alert records (`Alert.to_dict()` dicts, each with the
@@ -304,11 +277,13 @@ class Alerts:
 
 
 def _legacy_alerts(tag: str, value: Any, alerts: Alerts) -> None:
-    """`alert_log/[<scope>/]all`: one JSON object per line."""
+    """`alert_log/[<scope>/]all` of older logs: one JSON object per line.
+    Today's logs hold a Markdown table there (their records are the
+    `keras_gradmon/alerts` tensors): its lines are passed over."""
     scope = "/".join(tag.split("/")[1:-1]) or None
     for element in np.ravel(value):
         for line in _text(element).splitlines():
-            if not line.strip():
+            if not line.lstrip().startswith("{"):
                 continue
             try:
                 alert = json.loads(line)
@@ -333,16 +308,13 @@ def read_alerts(source: Source, run: str) -> Alerts:
         for tag, series in source.listed(PLUGIN_NAME, run).items()
         if content_kind(series.plugin_content) == "alerts"
     }
-    decode = _decoder()
     for tag, data in source.tensors(PLUGIN_NAME, run, records).items():
-        scope = json.loads(records[tag]).get("scope")
-        for datum in data:
+        # A step written twice: its last event holds every alert of it.
+        for datum in {datum.step: datum for datum in data}.values():
             try:
-                found = decode(records[tag], datum.numpy)
+                alerts.records += decode_alerts(records[tag], datum.numpy)
             except (ValueError, TypeError, UnicodeDecodeError):
                 alerts.unreadable += 1
-                continue
-            alerts.records += [{"scope": scope, **alert} for alert in found]
     alerts.records.sort(key=_step_of)
     return alerts
 

@@ -38,7 +38,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import google_crc32c
 import numpy as np
@@ -56,12 +56,8 @@ from tensorboard.summary.writer import record_writer
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
-from keras_gradmon.alerts.log import alerts_content, alerts_markdown, alerts_tag
 from keras_gradmon.columns import PLUGIN_NAME, Table
 from keras_gradmon.hub import Hub, check_hub
-
-if TYPE_CHECKING:
-    from keras_gradmon.alerts.events import AlertBatch
 
 _MASK_DELTA = 0xA282EAD8
 #: The steps of a tag scope whose alerts `write_alerts` keeps, to write
@@ -475,11 +471,12 @@ class TensorBoardRecorder:
             else:
                 _write_raw(writer, summary_pb2.Summary.FromString(summary), step)
 
-    def write_alerts(self, batch: AlertBatch, step: int) -> None:
-        """Writes the alerts of `batch` at `step` as one event: a Markdown
-        table (`alerts_markdown`) under `batch.text_tag` for the Text tab,
-        and the records (`Alert.to_dict()`, as JSON strings) under
-        `alerts_tag(batch.scope)`, plugin `keras_gradmon`. Both hold every
+    def write_alerts(self, batch: Any, step: int) -> None:
+        """Writes the alerts of `batch` (a `keras_gradmon.alerts.log.
+        AlertBatch`) at `step` as one event: a Markdown table
+        (`batch.markdown`) under `batch.text_tag` for the Text tab, and the
+        records (`Alert.to_dict()`, as JSON strings) under
+        `batch.records_tag`, plugin `keras_gradmon`. Both hold every
         alert this recorder was given for that step and scope so far:
         TensorBoard shows the last event of a step, so a second batch of a
         step (another monitor's, an evaluation's) hides none of the first."""
@@ -490,17 +487,17 @@ class TensorBoardRecorder:
             if len(steps) > _ALERT_STEPS_KEPT:
                 del steps[next(iter(steps))]
             summary = summary_pb2.Summary()
-            markdown = np.array(alerts_markdown(records), dtype=object)
+            markdown = np.array(batch.markdown(records), dtype=object)
             entry = summary.value.add(
                 tag=batch.text_tag, tensor=tensor_util.make_tensor_proto(markdown)
             )
             self._describe(entry, self._text_metadata)
             lines = np.array([json.dumps(r) for r in records], dtype=object)
             entry = summary.value.add(
-                tag=alerts_tag(batch.scope),
+                tag=batch.records_tag,
                 tensor=tensor_util.make_tensor_proto(lines),
             )
-            self._describe(entry, alerts_metadata(batch.scope))
+            self._describe(entry, record_metadata(batch.content()))
             self._write(summary, step)
 
     def _head(self, tag: str) -> bytes:
@@ -598,18 +595,18 @@ def table_metadata(table: Table) -> summary_pb2.SummaryMetadata:
     )
 
 
-def alerts_metadata(scope: str | None) -> summary_pb2.SummaryMetadata:
-    """The summary metadata of the alert records under `scope`: plugin
-    `keras_gradmon`, `alerts_content(scope)`, a tensor time series.
+def record_metadata(content: bytes) -> summary_pb2.SummaryMetadata:
+    """The summary metadata of a keras_gradmon record (the alerts'): plugin
+    `keras_gradmon`, `content` (JSON naming its kind), a tensor time series.
 
     Example:
 
-    >>> alerts_metadata("rl").plugin_data.content
-    b'{"kind": "alerts", "version": 1, "scope": "rl"}'
+    >>> record_metadata(b'{"kind": "alerts"}').plugin_data.plugin_name
+    'keras_gradmon'
     """
     return summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(
-            plugin_name=PLUGIN_NAME, content=alerts_content(scope)
+            plugin_name=PLUGIN_NAME, content=content
         ),
         data_class=summary_pb2.DATA_CLASS_TENSOR,
     )

@@ -62,8 +62,9 @@ from keras_gradmon.columns import (
 )
 from keras_gradmon.formatting import format_number
 from keras_gradmon.naming import split_scope
-from keras_gradmon.report.events import Run
+from keras_gradmon.report.accumulator import Run
 from keras_gradmon.report.rl import group_key
+from keras_gradmon.report.series import Series
 from keras_gradmon.report.timeline import Timeline, alert_timeline
 from keras_gradmon.rl.tags import is_rl_alert_scope
 
@@ -108,15 +109,20 @@ def _quarter(values: np.ndarray, late: bool) -> np.ndarray:
 
 def _nonfinite_layers(
     run: Run, variables: list[str], scope: str | None
-) -> dict[str, list[int]]:
-    """The layers with NaN/Inf gradients, and the steps where they had them."""
+) -> dict[str, tuple[int, int]]:
+    """The layers with NaN/Inf gradients: `(summaries, first step)`, the
+    summaries those of the layer's variable that had the most (exact, from
+    every point: `Series.flagged`)."""
     start = prefix("grad_nonfinite", scope)
-    bad_layers: dict[str, list[int]] = {}
+    bad_layers: dict[str, tuple[int, int]] = {}
     for path in variables:
-        steps, counts = run.series(start + path)
-        bad = steps[np.nan_to_num(counts, nan=1.0) > 0]
-        if bad.size:
-            bad_layers.setdefault(layer_of(path), []).extend(bad.tolist())
+        stats = run.stats(start + path)
+        if stats.flagged:
+            count, first = bad_layers.get(layer_of(path), (0, stats.first_flagged))
+            bad_layers[layer_of(path)] = (
+                max(count, stats.flagged),
+                min(first, stats.first_flagged),
+            )
     return bad_layers
 
 
@@ -163,10 +169,9 @@ def gradient_findings(
         Finding(
             layer,
             "non-finite",
-            f"NaN/Inf gradients at {len(set(steps))} summaries, first at step "
-            f"{min(steps)}",
+            f"NaN/Inf gradients at {count} summaries, first at step {first}",
         )
-        for layer, steps in sorted(bad_layers.items())
+        for layer, (count, first) in sorted(bad_layers.items())
     ]
     late = {
         layer: float(np.median(_quarter(v[np.isfinite(v)], late=True)))
@@ -187,8 +192,8 @@ def gradient_findings(
 
 
 def last(run: Run, tag: str) -> tuple[int, float] | None:
-    steps, values = run.series(tag)
-    return (int(steps[-1]), float(values[-1])) if steps.size else None
+    """`(step, value)` of the last point of `tag`, or None."""
+    return run.stats(tag).last
 
 
 def _layer_findings(
@@ -489,6 +494,41 @@ class Spread:
             outside=outside,
         )
 
+    @classmethod
+    def of_series(
+        cls, series: Series, band: tuple[float, float] | None = None
+    ) -> Spread | None:
+        """The spread of a tag's `Series`: exact from its aggregates, but for
+        the median and `outside`, read from its kept points (`outside`
+        scaled to all the finite values where the series is decimated).
+
+        Example:
+
+        >>> run = Run("r", {"t": {0: 1e-3, 1: np.nan, 2: 2e-3, 3: 1e-9}}, [], [])
+        >>> Spread.of_series(run.stats("t"), (1e-7, 1e-1)) == Spread.of(
+        ...     run.series("t")[1], (1e-7, 1e-1))
+        True
+        """
+        if not series.finite:
+            return None
+        values = series.kept()[1]
+        finite = values[np.isfinite(values)]
+        if not finite.size:  # every finite point left out by the decimation
+            finite = np.array([series.last_finite[1]])
+        outside = 0
+        if band is not None:
+            outside = int(np.sum((finite < band[0]) | (finite > band[1])))
+            if series.decimated:
+                outside = round(outside * series.finite / finite.size)
+        return cls(
+            median=float(np.median(finite)),
+            low=series.low,
+            high=series.high,
+            last=series.last_finite[1],
+            summaries=series.finite,
+            outside=outside,
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class Signals:
@@ -537,13 +577,13 @@ def clip_share(steps: np.ndarray, fractions: np.ndarray) -> float | None:
 
 
 def _largest_spike(run: Run, scope: str | None) -> tuple[float, int] | None:
-    steps, norms = run.series(prefix("spikes", scope) + "max_norm")
-    finite = np.isfinite(norms)
-    if not finite.any():
+    """The largest `spikes/max_norm` (exact) and its `spikes/max_step` (the
+    summary's step where that point was left out by the decimation)."""
+    norms = run.stats(prefix("spikes", scope) + "max_norm")
+    if norms.high_step is None:
         return None
-    i = int(np.argmax(np.where(finite, norms, -np.inf)))
-    at = run.scalars.get(prefix("spikes", scope) + "max_step", {}).get(int(steps[i]))
-    return float(norms[i]), int(steps[i] if at is None else at)
+    at = run.stats(prefix("spikes", scope) + "max_step").get(norms.high_step)
+    return norms.high, int(norms.high_step if at is None else at)
 
 
 def run_signals(
@@ -563,7 +603,9 @@ def run_signals(
     """
     ratios = {}
     for subject in [GLOBAL, *groups]:
-        spread = Spread.of(run.series(prefix("update_ratio", scope) + subject)[1], band)
+        spread = Spread.of_series(
+            run.stats(prefix("update_ratio", scope) + subject), band
+        )
         if spread is not None:
             ratios[subject] = spread
     skipped = last(run, prefix("skipped", scope) + "spikes")
@@ -573,9 +615,9 @@ def run_signals(
         band=band,
         spike=_largest_spike(run, scope),
         skipped_spikes=None if skipped is None else int(skipped[1]),
-        batch_ratio=Spread.of(run.series(noise + "batch_ratio")[1]),
-        b_simple=Spread.of(run.series(noise + "b_simple")[1]),
-        clip_fraction=clip_share(*run.series(prefix("clip", scope) + "fraction")),
+        batch_ratio=Spread.of_series(run.stats(noise + "batch_ratio")),
+        b_simple=Spread.of_series(run.stats(noise + "b_simple")),
+        clip_fraction=run.stats(prefix("clip", scope) + "fraction").covered_mean,
     )
 
 
@@ -863,20 +905,21 @@ def _layer_norms(
     return out
 
 
-def _norm_summary(steps: np.ndarray, values: np.ndarray) -> NormSummary | None:
-    finite = np.isfinite(values)
-    if not finite.any():
+def _norm_summary(series: Series) -> NormSummary | None:
+    """Exact from the aggregates, but for the median and p99: read from the
+    kept points (estimated where the series is decimated)."""
+    values = series.kept()[1]
+    finite = values[np.isfinite(values)]
+    if series.high_step is None or not finite.size:
         return None
-    v, s = values[finite], steps[finite]
-    peak = int(np.argmax(v))
     return NormSummary(
-        median=float(np.median(v)),
-        p99=float(np.percentile(v, 99)),
-        max=float(v[peak]),
-        peak_step=int(s[peak]),
-        summaries=len(values),
-        first_step=int(steps[0]),
-        last_step=int(steps[-1]),
+        median=float(np.median(finite)),
+        p99=float(np.percentile(finite, 99)),
+        max=series.high,
+        peak_step=series.high_step,
+        summaries=series.count,
+        first_step=series.first_step,
+        last_step=series.last[0],
     )
 
 
@@ -889,7 +932,8 @@ def analyze_run(
     """The report of the optimizer with tag scope `scope` in `run`; `runs`
     (all the runs) for a final loss written beside it (`final_loss`)."""
     criteria = criteria or HealthCriteria()
-    steps, values = run.series(prefix("grad_norm", scope) + "global")
+    norms = run.stats(prefix("grad_norm", scope) + "global")
+    steps, values = norms.kept()
     variables, group_names = _variables(run, scope)
     layer_norms = _layer_norms(run, variables, scope)
     groups = {"global": (steps, values)}
@@ -897,7 +941,7 @@ def analyze_run(
         groups[group] = run.series(prefix("grad_norm", scope) + group)
     signals = run_signals(run, scope, group_names, criteria.update_ratio_band)
     skipped = last(run, prefix("skipped", scope) + "steps")
-    nonfinite = run.series(prefix("grad_nonfinite", scope) + "global")[1]
+    nonfinite = run.stats(prefix("grad_nonfinite", scope) + "global").flagged
     loss = final_loss(run, runs)
     alerts = [a for a in run.alerts if a.get("scope") == scope]
     names = layer_names(
@@ -907,10 +951,10 @@ def analyze_run(
     return RunReport(
         run=run.name,
         scope=scope,
-        norm=_norm_summary(steps, values) if steps.size else None,
+        norm=_norm_summary(norms),
         clip_fraction=signals.clip_fraction,
         skipped_steps=int(skipped[1]) if skipped else None,
-        nonfinite_summaries=int(np.sum(np.nan_to_num(nonfinite, nan=1.0) > 0)),
+        nonfinite_summaries=nonfinite,
         final_loss=loss.value if loss else None,
         alerts=alerts,
         findings=gradient_findings(run, layer_norms, variables, scope, criteria)

@@ -1,328 +1,69 @@
-"""Reading event files for the report: the runs under a log directory, their
-records with every checksum verified, and the CRC-32C that verifies them.
+"""The event-file source of the report: the runs under a log directory,
+read into `accumulator.RunAccumulator`s.
 
-Reads the runs under a log directory: TensorBoard's protocol buffers and
-read-time migrations, over a reader that verifies every record's checksum.
-
-No TensorFlow is imported: the records come from `records.read_records`,
-the events are parsed with TensorBoard's `event_pb2` and passed through the
-same `data_compat` / `dataclass_compat` migrations TensorBoard applies, so a
-scalar written as a legacy `simple_value` reads like a `tf.summary.scalar`.
-
-The records of a TFRecord (event) file, with every checksum verified.
-
-TensorBoard's reader stops at the first damaged record without a word (a
-truncated last record, garbled bytes), so a report built on it can miss the
-end of a run silently. This reader walks the framing itself (length, masked
-CRC-32C of the length, data, masked CRC-32C of the data), keeps every intact
-record and says what it found: where the damage starts and what was read
-before it. It needs no TensorFlow.
-
-CRC-32C (Castagnoli) of many byte ranges at once, in NumPy.
-
-TFRecord files (TensorBoard event files) protect each record's length and
-data with a masked CRC-32C. Checking them byte by byte in Python runs at a
-few MB/s; here every record is cut into chunks of `CHUNK` bytes, aligned on
-the record's end, the chunks are processed side by side (one vectorized
-table lookup per byte column), and each record's chunk registers are folded
-together with the "append `CHUNK` zero bytes" operator, which is linear.
+No TensorFlow is imported: the records come from `records.read_records`
+(every checksum verified, damage reported as `FileDamage`) and are parsed
+with TensorBoard's `event_pb2`. A value's number is read straight from its
+`TensorProto` (`float_val`, `double_val`, `tensor_content`, ...; TensorFlow's
+own decoding only for the rare kinds without a fast path), histograms are
+named without decoding their buckets, and values of plugins the report does
+not read are not decoded at all. A legacy `simple_value` reads as a scalar
+and a legacy `histo` as a histogram tag, as TensorBoard's `data_compat`
+migrates them.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
-import struct
 
 import numpy as np
 from google.protobuf.message import DecodeError
-from tensorboard import data_compat, dataclass_compat
 from tensorboard.compat.proto import event_pb2
 from tensorboard.util import tensor_util
 
-from keras_gradmon.alerts.events import ALERT_LOG
-from keras_gradmon.columns import PLUGIN_NAME, Table
+from keras_gradmon.report.accumulator import Run, RunAccumulator
+from keras_gradmon.report.records import (
+    Damage,
+    FileDamage,
+    RecordReader,
+    read_records,
+)
+from keras_gradmon.report.series import BATCH, MAX_POINTS
 
-_HEADER = 12  # uint64 length + uint32 masked CRC of the length
-_FOOTER = 4  # uint32 masked CRC of the data
-
-
-@dataclasses.dataclass(frozen=True)
-class Damage:
-    """What is wrong with one event file.
-
-    Attributes:
-        path: The file.
-        size: Its size in bytes.
-        offset: The byte where the first problem starts.
-        problem: What it is, e.g. "the last record is cut short".
-        records_read: Intact records read from the file.
-        skipped: Records whose data failed its checksum (skipped: their
-            length was intact, so the records after them were still read).
-        truncated: Whether reading stopped before the end of the file.
-    """
-
-    path: str
-    size: int
-    offset: int
-    problem: str
-    records_read: int
-    skipped: int
-    truncated: bool
-
-
-@dataclasses.dataclass
-class _Walk:
-    starts: list[int]
-    lengths: list[int]
-    problem: str | None = None
-    offset: int = 0
-
-
-def _header_ok(data: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Whether each record's length matches its masked CRC."""
-    computed = masked(crc32c(data, starts, np.full(starts.size, 8)))
-    return computed == _stored(data, starts + 8)
-
-
-def _walk(raw: bytes, data: np.ndarray) -> _Walk:
-    """Offsets and lengths of the records whose framing fits in the file."""
-    walk, offset, size = _Walk([], []), 0, len(raw)
-    while offset < size:
-        walk.offset = offset
-        if size - offset < _HEADER:
-            walk.problem = "the file ends inside a record's header (cut short)"
-            return walk
-        (length,) = struct.unpack_from("<Q", raw, offset)
-        if offset + _HEADER + length + _FOOTER > size:
-            if _header_ok(data, np.array([offset]))[0]:
-                walk.problem = "the last record is cut short"
-            else:
-                walk.problem = "a record's length is garbled (fails its checksum)"
-            return walk
-        walk.starts.append(offset)
-        walk.lengths.append(length)
-        offset += _HEADER + length + _FOOTER
-    walk.offset = offset
-    return walk
-
-
-def _stored(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    raw = data[offsets[:, None] + np.arange(4)].astype(np.uint32)
-    return raw[:, 0] | (raw[:, 1] << 8) | (raw[:, 2] << 16) | (raw[:, 3] << 24)
-
-
-def read_records(path: str) -> tuple[list[bytes], Damage | None]:
-    """The intact records of `path`, and what is damaged (None: nothing).
-
-    A record whose length fails its checksum ends the reading (the framing
-    after it cannot be trusted); a record whose data fails its checksum is
-    skipped and the reading goes on.
-
-    Example:
-
-    >>> records, damage = read_records("logs/events.out.tfevents.1")  # doctest: +SKIP
-    """
-    with open(path, "rb") as file:
-        raw = file.read()
-    data = np.frombuffer(raw, np.uint8)
-    walk = _walk(raw, data)
-    starts = np.array(walk.starts, np.int64)
-    lengths = np.array(walk.lengths, np.int64)
-    header_ok = _header_ok(data, starts)
-    if not header_ok.all():
-        first = int(np.argmin(header_ok))
-        walk.problem = "a record's length is garbled (fails its checksum)"
-        walk.offset = int(starts[first])
-        starts, lengths = starts[:first], lengths[:first]
-    data_ok = masked(crc32c(data, starts + _HEADER, lengths)) == _stored(
-        data, starts + _HEADER + lengths
-    )
-    records = [
-        raw[s + _HEADER : s + _HEADER + n]
-        for s, n, ok in zip(starts.tolist(), lengths.tolist(), data_ok.tolist())
-        if ok
-    ]
-    skipped = int(np.sum(~data_ok))
-    if walk.problem is None and not skipped:
-        return records, None
-    problem, offset = walk.problem, walk.offset
-    if skipped:
-        first = int(np.argmin(data_ok))
-        garbled = f"{skipped} record(s) fail their checksum (garbled bytes), skipped"
-        problem = garbled if problem is None else f"{garbled}; then {problem}"
-        offset = int(starts[first])
-    damage = Damage(
-        path=path,
-        size=len(raw),
-        offset=offset,
-        problem=problem,
-        records_read=len(records),
-        skipped=skipped,
-        truncated=walk.problem is not None,
-    )
-    return records, damage
-
-
-_POLY = 0x82F63B78  # CRC-32C, reflected
-CHUNK = 256
-_ALL = 0xFFFFFFFF
-_MASK_DELTA = 0xA282EAD8
-
-
-def _byte_table() -> np.ndarray:
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(_POLY), table >> 1)
-    return table.astype(np.uint32)
-
-
-_TABLE = _byte_table()
-
-
-def _feed_zeros(registers: np.ndarray, count: int) -> np.ndarray:
-    for _ in range(count):
-        registers = _TABLE[registers & 0xFF] ^ (registers >> 8)
-    return registers
-
-
-def _shift_tables() -> np.ndarray:
-    """`[4, 256]`: the zero-feed operator of `CHUNK` bytes, by register byte."""
-    values = np.arange(256, dtype=np.uint32)
-    return np.stack([_feed_zeros(values << (8 * b), CHUNK) for b in range(4)])
-
-
-_SHIFT = _shift_tables()
-
-
-def _shift(registers: np.ndarray) -> np.ndarray:
-    return (
-        _SHIFT[0][registers & 0xFF]
-        ^ _SHIFT[1][(registers >> 8) & 0xFF]
-        ^ _SHIFT[2][(registers >> 16) & 0xFF]
-        ^ _SHIFT[3][registers >> 24]
-    )
-
-
-def crc32c(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """CRC-32C of each `data[start:start + length]`.
-
-    Args:
-        data: The bytes, a `uint8` array.
-        starts: `int64` start offsets.
-        lengths: `int64` lengths (0 allowed).
-
-    Returns:
-        A `uint32` array of checksums, one per range.
-
-    Example:
-
-    >>> data = np.frombuffer(b"123456789", np.uint8)
-    >>> hex(int(crc32c(data, np.array([0]), np.array([9]))[0]))
-    '0xe3069283'
-    """
-    starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
-    if starts.size == 0:
-        return np.zeros(0, np.uint32)
-    full = np.maximum(lengths - 1, 0) // CHUNK  # full chunks after the first
-    head = lengths - full * CHUNK  # the first chunk: 0 < head <= CHUNK (or 0)
-    first_row = np.concatenate([[0], np.cumsum(full + 1)[:-1]])
-    rows = int(np.sum(full + 1))
-    record = np.repeat(np.arange(starts.size), full + 1)
-    index = np.arange(rows) - first_row[record]  # chunk index within its record
-    is_head = index == 0
-    row_start = np.where(
-        is_head, starts[record], starts[record] + head[record] + (index - 1) * CHUNK
-    )
-    row_length = np.where(is_head, head[record], CHUNK)
-    registers = np.where(is_head, np.uint32(_ALL), np.uint32(0)).astype(np.uint32)
-    last = max(data.size - 1, 0)
-    for column in range(int(row_length.max(initial=0))):
-        active = column < row_length
-        byte = data[np.minimum(row_start + column, last)].astype(np.uint32)
-        updated = _TABLE[(registers ^ byte) & 0xFF] ^ (registers >> 8)
-        registers = np.where(active, updated, registers)
-    folded = registers[first_row].copy()
-    for step in range(1, int(full.max(initial=0)) + 1):
-        going = np.nonzero(full >= step)[0]
-        folded[going] = _shift(folded[going]) ^ registers[first_row[going] + step]
-    return folded ^ np.uint32(_ALL)
-
-
-def masked(crc: np.ndarray) -> np.ndarray:
-    """TFRecord's masking of a CRC: rotate right by 15, add a constant."""
-    crc = np.asarray(crc, np.uint64)
-    rotated = ((crc >> 15) | (crc << 17)) & _ALL
-    return ((rotated + _MASK_DELTA) & _ALL).astype(np.uint32)
-
+__all__ = [
+    "Damage",
+    "FileDamage",
+    "ReportError",
+    "Run",
+    "load_run",
+    "load_runs",
+    "read_records",
+    "run_directories",
+    "run_name",
+]
 
 _EVENT_FILE = "events.out.tfevents."
+#: NumPy dtypes of the `DataType`s read without TensorFlow's decoding, and
+#: the `TensorProto` field holding their values when not in `tensor_content`.
+_DTYPES = {
+    1: (np.float32, "float_val"),
+    2: (np.float64, "double_val"),
+    3: (np.int32, "int_val"),
+    4: (np.uint8, "int_val"),
+    5: (np.int16, "int_val"),
+    6: (np.int8, "int_val"),
+    9: (np.int64, "int64_val"),
+    17: (np.uint16, "int_val"),
+    22: (np.uint32, "uint32_val"),
+    23: (np.uint64, "uint64_val"),
+}
+_HALF = 19
+_FLOAT = 1
+_PLUGIN = "keras_gradmon"
 
 
 class ReportError(ValueError):
     """A log directory that cannot be reported on (the CLI exits with 2)."""
-
-
-@dataclasses.dataclass
-class FileDamage:
-    """A damaged event file, and what was read from it.
-
-    Attributes:
-        damage: Where and what (see `records.Damage`).
-        events: Events read from the file.
-        steps: `(first, last)` step of the summaries read, or None.
-    """
-
-    damage: Damage
-    events: int
-    steps: tuple[int, int] | None
-
-    @property
-    def message(self) -> str:
-        """One paragraph naming the file, the problem and what was read."""
-        d = self.damage
-        read = f"{d.records_read} record(s), {self.events} event(s)"
-        if self.steps is not None:
-            read += f", steps {self.steps[0]} to {self.steps[1]}"
-        tail = (
-            "nothing after that point could be read"
-            if d.truncated
-            else "the records after it were read"
-        )
-        return (
-            f"Damaged event file {d.path!r} ({d.size:,} bytes): {d.problem}, at "
-            f"byte {d.offset:,}; {tail}. Read from it: {read}. TensorBoard "
-            f"shows nothing of this file after byte {d.offset:,}."
-        )
-
-
-@dataclasses.dataclass
-class Run:
-    """The numbers of one run (one directory of event files).
-
-    Attributes:
-        name: The directory relative to the log directory (the log
-            directory's own name for itself).
-        scalars: `{tag: {step: value}}` of every scalar.
-        histogram_tags: The histogram tags.
-        alerts: The alerts written by keras_gradmon (`Alert.to_dict()`
-            dicts, plus the "scope" of their tag), in step order.
-        damaged: The damaged event files of the run, if any.
-    """
-
-    name: str
-    scalars: dict[str, dict[int, float]]
-    histogram_tags: list[str]
-    alerts: list[dict]
-    damaged: list[FileDamage] = dataclasses.field(default_factory=list)
-
-    def series(self, tag: str) -> tuple[np.ndarray, np.ndarray]:
-        """`(steps, values)` of a scalar tag, sorted by step (empty if absent)."""
-        points = sorted(self.scalars.get(tag, {}).items())
-        steps = np.array([s for s, _ in points], dtype=np.int64)
-        values = np.array([v for _, v in points], dtype=np.float64)
-        return steps, values
 
 
 def run_directories(log_dir: str) -> list[str]:
@@ -351,105 +92,132 @@ def run_directories(log_dir: str) -> list[str]:
     return sorted(found)
 
 
-@dataclasses.dataclass
-class _Reading:
-    scalars: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
-    histograms: set[str] = dataclasses.field(default_factory=set)
-    alerts: list[dict] = dataclasses.field(default_factory=list)
-    plugins: dict[str, str] = dataclasses.field(default_factory=dict)
-    contents: dict[str, bytes] = dataclasses.field(default_factory=dict)
-
-
-def _alerts(tag: str, value: np.ndarray) -> list[dict]:
-    # alert_log/all or alert_log/<scope>/all
-    scope = "/".join(tag.split("/")[1:-1]) or None
-    found = []
-    for line in np.ravel(value):
-        text = line.decode() if isinstance(line, bytes) else str(line)
-        try:
-            alert = json.loads(text)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(alert, dict):
-            found.append({**alert, "scope": scope})
-    return found
-
-
-def _add_value(reading: _Reading, step: int, value: object) -> None:
-    tag = value.tag
-    if value.HasField("metadata") and tag not in reading.plugins:
-        reading.plugins[tag] = value.metadata.plugin_data.plugin_name
-        reading.contents[tag] = value.metadata.plugin_data.content
-    plugin = reading.plugins.get(tag, "")
-    if not value.HasField("tensor"):
-        return
-    if plugin == PLUGIN_NAME:
-        _add_table(reading, step, tag, value.tensor)
-    elif plugin == "histograms":
-        reading.histograms.add(tag)
-    elif plugin == "text" and tag.split("/", 1)[0] == ALERT_LOG:
-        reading.alerts.extend(_alerts(tag, tensor_util.make_ndarray(value.tensor)))
-    elif plugin in ("scalars", ""):
-        array = tensor_util.make_ndarray(value.tensor)
-        if array.size == 1 and array.dtype.kind in "fiu":
-            reading.scalars.setdefault(tag, {})[step] = float(array.reshape(()))
-
-
-def _add_table(reading: _Reading, step: int, tag: str, tensor: object) -> None:
-    """A per-variable `Table` read as its scalar tags (`Table.scalars`), so
-    that a run reads alike whether its numbers were written as a table or
-    as scalars (`per_variable_scalars`)."""
-    try:
-        table = Table.from_content(
-            reading.contents.get(tag, b""), tensor_util.make_ndarray(tensor)
-        )
-    except ValueError:  # not a table this version reads: left out
-        return
-    for name, number in table.scalars().items():
-        reading.scalars.setdefault(name, {})[step] = number
-
-
-def _read_file(path: str, reading: _Reading) -> FileDamage | None:
-    records, damage = read_records(path)
-    events, steps = 0, []
-    initial_metadata: dict = {}
-    for record in records:
-        try:
-            event = event_pb2.Event.FromString(record)
-        except DecodeError:
-            continue
-        event = data_compat.migrate_event(event)
-        for migrated in dataclass_compat.migrate_event(event, initial_metadata):
-            events += 1
-            if migrated.HasField("summary"):
-                steps.append(migrated.step)
-                for value in migrated.summary.value:
-                    _add_value(reading, migrated.step, value)
-    if damage is None:
-        return None
-    return FileDamage(damage, events, (min(steps), max(steps)) if steps else None)
-
-
-def load_run(path: str, name: str) -> Run:
-    """Reads every scalar, histogram tag and alert of one run directory.
-
-    Event files are read in name order (their names start with the time
-    they were created); a step written twice keeps its last value.
-    """
-    reading, damaged = _Reading(), []
-    for file in sorted(os.listdir(path)):
-        full = os.path.join(path, file)
-        if file.startswith(_EVENT_FILE) and os.path.isfile(full):
-            found = _read_file(full, reading)
-            if found is not None:
-                damaged.append(found)
-    reading.alerts.sort(key=lambda a: int(a.get("step", 0)))
-    return Run(
-        name, reading.scalars, sorted(reading.histograms), reading.alerts, damaged
+def _tensor(tensor: object) -> np.ndarray:
+    """The NumPy array of a `TensorProto`, without TensorFlow."""
+    shape = tuple(d.size for d in tensor.tensor_shape.dim)
+    known = _DTYPES.get(tensor.dtype)
+    if known is not None and tensor.tensor_content:
+        return np.frombuffer(tensor.tensor_content, known[0]).reshape(shape)
+    if known is not None:
+        values = np.array(getattr(tensor, known[1]), known[0])
+    elif tensor.dtype == _HALF and not tensor.tensor_content:
+        values = np.array(tensor.half_val, np.uint16).view(np.float16)
+    else:
+        return tensor_util.make_ndarray(tensor)
+    size = int(np.prod(shape, dtype=np.int64))
+    if values.size == size:
+        return values.reshape(shape)
+    if values.size == 0:
+        return np.zeros(shape, values.dtype)
+    # TensorFlow's short form: the last value repeats to fill the shape.
+    return np.concatenate([values, np.repeat(values[-1:], size - values.size)]).reshape(
+        shape
     )
 
 
-def load_runs(log_dir: str) -> list[Run]:
+class _FileReader:
+    """Feeds one run's event files to its accumulator, remembering each
+    tag's plugin across the files (its first metadata)."""
+
+    def __init__(self, accumulator: RunAccumulator) -> None:
+        self.accumulator = accumulator
+        self.plugins: dict[str, tuple[str, bytes]] = {}
+        # float32 scalars (what tf.summary.scalar writes) not yet handed over
+        self.floats: dict[str, tuple[list[int], list[bytes]]] = {}
+
+    def read(self, path: str) -> FileDamage | None:
+        records = RecordReader(path)
+        events, first, last = 0, None, None
+        for record in records:
+            try:
+                event = event_pb2.Event.FromString(record)
+            except DecodeError:
+                self.accumulator.count_unread(f"{path}: records that are no event")
+                continue
+            events += 1
+            if event.WhichOneof("what") == "summary":
+                step = event.step
+                first = step if first is None else min(first, step)
+                last = step if last is None else max(last, step)
+                for value in event.summary.value:
+                    self._value(step, value)
+        for tag in list(self.floats):
+            self._hand_over(tag)
+        if records.damage is None:
+            return None
+        steps = None if first is None else (first, last)
+        return FileDamage(records.damage, events, steps)
+
+    def _value(self, step: int, value: object) -> None:
+        tag = value.tag
+        known = self.plugins.get(tag)
+        if known is None and value.HasField("metadata"):
+            data = value.metadata.plugin_data
+            known = self.plugins[tag] = (data.plugin_name, data.content)
+        plugin, content = known or ("", b"")
+        if plugin == "scalars":  # the fast path: the value's 4 bytes, kept
+            tensor = value.tensor
+            number = tensor.tensor_content
+            if len(number) == 4 and tensor.dtype == _FLOAT:
+                pending = self.floats.get(tag)
+                if pending is None:
+                    pending = self.floats[tag] = ([], [])
+                pending[0].append(step)
+                pending[1].append(number)
+                if len(pending[0]) >= BATCH:
+                    self._hand_over(tag)
+                return
+        if tag in self.floats:  # keeps the tag's values in their order
+            self._hand_over(tag)
+        kind = value.WhichOneof("value")
+        if kind == "simple_value":
+            self.accumulator.add_scalar(tag, step, value.simple_value)
+        elif kind == "histo" or plugin == "histograms":
+            self.accumulator.add_histogram_tag(tag)
+        elif kind == "tensor" and plugin in ("scalars", "", "text", _PLUGIN):
+            self._tensor(tag, step, value.tensor, plugin, content)
+
+    def _hand_over(self, tag: str) -> None:
+        steps, numbers = self.floats.pop(tag)
+        values = np.frombuffer(b"".join(numbers), "<f4").astype(np.float64)
+        self.accumulator.add_scalars(tag, np.array(steps, np.int64), values)
+
+    def _tensor(
+        self, tag: str, step: int, tensor: object, plugin: str, content: bytes
+    ) -> None:
+        try:
+            array = _tensor(tensor)
+        except (ValueError, TypeError):
+            self.accumulator.count_unread(f"{tag}: tensors that cannot be decoded")
+            return
+        self.accumulator.add_tensor(tag, step, array, plugin, content)
+
+
+def load_run(path: str, name: str, max_points: int | None = MAX_POINTS) -> Run:
+    """Reads every scalar, histogram tag and alert of one run directory.
+
+    Event files are read in name order (their names start with the time
+    they were created). Each scalar tag keeps at most `max_points` points
+    (None: all) beside exact aggregates (`series.Series`); a step written
+    twice keeps its last value among the kept points, and its first in the
+    aggregates when the two were read far apart (a resumed run).
+
+    Example:
+
+    >>> run = load_run("logs/run1", "run1")  # doctest: +SKIP
+    >>> run.stats("grad_norm/global").high  # doctest: +SKIP
+    """
+    reader, damaged = _FileReader(RunAccumulator(max_points)), []
+    for file in sorted(os.listdir(path)):
+        full = os.path.join(path, file)
+        if file.startswith(_EVENT_FILE) and os.path.isfile(full):
+            found = reader.read(full)
+            if found is not None:
+                damaged.append(found)
+    return reader.accumulator.run(name, damaged)
+
+
+def load_runs(log_dir: str, max_points: int | None = MAX_POINTS) -> list[Run]:
     """Every run under `log_dir`, named by its path relative to `log_dir`
     (`log_dir` itself by its own name: `logs/dqn_run` is run `dqn_run`).
 
@@ -457,7 +225,8 @@ def load_runs(log_dir: str) -> list[Run]:
         ReportError: `log_dir` is missing, is a file, or holds no event file.
     """
     return [
-        load_run(path, run_name(path, log_dir)) for path in run_directories(log_dir)
+        load_run(path, run_name(path, log_dir), max_points)
+        for path in run_directories(log_dir)
     ]
 
 

@@ -31,13 +31,13 @@ from keras_gradmon.report.analysis import (
     Signals,
     Spread,
 )
-from keras_gradmon.report.events import FileDamage
 from keras_gradmon.report.plots import (
     plot_groups,
     plot_layer_heatmap,
     plot_norms,
     plot_rl,
 )
+from keras_gradmon.report.records import FileDamage
 from keras_gradmon.report.rl import EVAL_RETURN, GroupSummary, RLReport
 from keras_gradmon.report.timeline import Timeline, timeline_rows
 
@@ -337,6 +337,8 @@ class Contents:
         groups: The groups of seeds (`--group`).
         damaged: The damaged event files.
         signal_groups: The signals of the groups of seeds (`--group`).
+        unread: A sentence per kind of value the reader could not read
+            (`Run.unread_notes`).
     """
 
     reports: list[RunReport]
@@ -344,6 +346,7 @@ class Contents:
     groups: list[GroupSummary] = dataclasses.field(default_factory=list)
     damaged: list[FileDamage] = dataclasses.field(default_factory=list)
     signal_groups: list[SignalGroup] = dataclasses.field(default_factory=list)
+    unread: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -513,6 +516,8 @@ def report_text(log_dir: str, contents: Contents) -> str:
     parts = [f"keras-gradmon report: {log_dir}"]
     for damage in contents.damaged:
         parts += ["", f"WARNING: {damage.message}"]
+    for note in contents.unread:
+        parts += ["", f"WARNING: {note}"]
     if contents.empty:
         return "\n".join([*parts, NO_DATA])
     if contents.reports:
@@ -634,6 +639,8 @@ def _summaries(contents: Contents, plots: dict[str, list[str]]) -> list[str]:
     parts = []
     for damage in contents.damaged:
         parts.append(f"<p class='critical'>{html.escape(damage.message)}</p>")
+    for note in contents.unread:
+        parts.append(f"<p class='critical'>{html.escape(note)}</p>")
     if contents.empty:
         return [*parts, f"<p>{html.escape(NO_DATA)}</p>"]
     if contents.reports:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from keras_gradmon.report.events import Run
+from keras_gradmon.report.accumulator import Run
 from keras_gradmon.report.timeline import Timeline, alert_timeline
 from keras_gradmon.rl.tags import RL, is_rl_alert_scope, parse_rl_tag
 

@@ -47,11 +47,11 @@ def test_dead_units_at_every_step_log_a_few_lines_and_keep_every_alert(
     own_rules = ("dead_units", "activation_collapse")
     own = [a.step for a in callback.alerts if a.rule in own_rules]
     assert [a.step for a in dead] == list(range(STEPS))
-    assert {a.subject for a in dead} == {"h1"}
+    assert {a.subject for a in dead} == {"seq/h1"}
     assert len(logged) <= 10
     assert dead[0].message in logged
     assert logged[-1].startswith(
-        "WARNING activation_dead_fraction threshold of 'h1' was still firing at "
+        "WARNING activation_dead_fraction threshold of 'seq/h1' was still firing at "
         f"the end: {STEPS} summaries, steps 0 to {STEPS - 1}; worst "
         "activation_dead_fraction = 0.375"
     )
@@ -71,7 +71,7 @@ def test_dead_units_at_every_step_log_a_few_lines_and_keep_every_alert(
 
 
 #: "<what> of 'h1'" in the folded lines of the dead-unit incident.
-H1 = "WARNING activation_dead_fraction threshold of 'h1'"
+H1 = "WARNING activation_dead_fraction threshold of 'seq/h1'"
 WORST = "worst activation_dead_fraction = 0.375 at step 0."
 
 

@@ -28,20 +28,20 @@ def test_a_dead_relu_layer_alerts_at_the_next_summary(every_n_steps, onset, firs
     # Warning at the first summary (every live unit died), critical from
     # the second (still dead), on the layer that died only.
     assert [(a.step, a.tier, a.subject) for a in dead[:2]] == [
-        (first[0], "warning", "h2"),
-        (first[1], "critical", "h2"),
+        (first[0], "warning", "mlp/h2"),
+        (first[1], "critical", "mlp/h2"),
     ]
-    assert {a.subject for a in dead} == {"h2"}
+    assert {a.subject for a in dead} == {"mlp/h2"}
     # Its std collapsed to 0 at the same summaries.
     collapse = [a for a in outcome.alerts if a.rule == "activation_collapse"]
     assert [(a.step, a.tier, a.subject, a.value) for a in collapse[:2]] == [
-        (first[0], "warning", "h2", 0.0),
-        (first[1], "critical", "h2", 0.0),
+        (first[0], "warning", "mlp/h2", 0.0),
+        (first[1], "critical", "mlp/h2", 0.0),
     ]
     assert outcome.first().step == first[0]
     assert (
         f"WARNING dead units at step {first[0]}: activation_dead_fraction of "
-        "'h2' = 1 >= 0.9 (it was 0 within the last 5 summaries)."
+        "'mlp/h2' = 1 >= 0.9 (it was 0 within the last 5 summaries)."
     ) in "\n".join(outcome.lines)
 
 
@@ -53,7 +53,7 @@ def test_an_activation_collapse_after_a_bad_learning_rate_alerts_at_once():
     collapse = [a for a in outcome.alerts if a.rule == "activation_collapse"]
     assert collapse, outcome.lines
     first = collapse[0]
-    assert (first.subject, first.value, first.tier) == ("h2", 0.0, "warning")
+    assert (first.subject, first.value, first.tier) == ("mlp/h2", 0.0, "warning")
     assert first.step - outcome.fault_step <= 10
     # Caught at the first summary it shows: one summary earlier, "h2"'s
     # units were not all dead yet.

@@ -71,7 +71,7 @@ def test_layer_detail_norms_histograms_and_activations(client, events):
     for served in layer["histograms"]:
         np.testing.assert_allclose(served["buckets"], histograms[served["step"]])
     std = layer["activations"]["std"]
-    expected = scalar_series(events, "activation_std/hidden")
+    expected = scalar_series(events, "activation_std/mlp/hidden")
     assert dict(zip(std["steps"], std["values"])) == pytest.approx(expected)
     # The head's variables are not the hidden layer's: no activations of it.
     code, head = _get(client, "layer", run="fit", variable="mlp/head/bias")

@@ -84,7 +84,8 @@ def _wait_for_tags(port: int, plugin: str, tag: str) -> dict:
 def test_tensorboard_serves_our_scalars_and_histograms(server, demo_logs):
     events = load_events(str(demo_logs / "clipping" / "train"))
     scalar_tags = _wait_for_tags(server, "scalars", "grad_norm/global")[RUN]
-    for tag in ("grad_norm/hidden", "clip/fraction", "activation_std/demo_mlp/hidden_1"):
+    tags = ("grad_norm/hidden", "clip/fraction", "activation_std/demo_mlp/hidden_1")
+    for tag in tags:
         assert tag in scalar_tags
     served = _get(
         server, "/data/plugin/scalars/scalars", run=RUN, tag="grad_norm/global"

@@ -51,7 +51,8 @@ def _model(seed: int) -> keras.Model:
             keras.layers.Dense(64, activation="relu", name="h1"),
             keras.layers.Dense(64, activation="relu", name=DEAD_LAYER),
             keras.layers.Dense(CLASSES, name="head"),
-        ]
+        ],
+        name="mlp",
     )
 
 
