@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.error
@@ -15,6 +14,7 @@ import urllib.request
 import pytest
 
 from tests.dashboard.conftest import HOSTILE, STEPS
+from tests.tensorboard_process import serve, stop
 
 CHROMIUM = "/usr/bin/chromium"
 DEADLINE_S = 90
@@ -37,30 +37,7 @@ def _serve(log_dir, load_fast: str):
         **os.environ,
         "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
     }
-    process = subprocess.Popen(
-        [sys.executable, "-c", SERVE, str(log_dir), load_fast],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    start = time.monotonic()
-    for line in process.stdout:  # "TensorBoard 2.x at http://127.0.0.1:PORT/"
-        if "http://127.0.0.1:" in line:
-            return process, int(line.split("http://127.0.0.1:")[1].split("/")[0])
-        if time.monotonic() - start > DEADLINE_S:
-            break
-    _stop(process)
-    pytest.fail("TensorBoard did not say where it serves")
-
-
-def _stop(process) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=20)
+    return serve([sys.executable, "-c", SERVE, str(log_dir), load_fast], env)
 
 
 def _get(port: int, route: str) -> dict:
@@ -98,7 +75,7 @@ def test_every_step_is_kept_on_both_data_paths(fit_logs, load_fast):
             == (fit_logs[1])
         )  # every alert record (20 steps of alert_log texts) read
     finally:
-        _stop(process)
+        stop(process)
 
 
 @pytest.fixture
@@ -108,7 +85,7 @@ def board(fit_logs):
         _heatmap_when_loaded(port)
         yield port
     finally:
-        _stop(process)
+        stop(process)
 
 
 def _playwright():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 import urllib.error
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.reference import histogram_series, load_events, scalar_series
+from tests.tensorboard_process import serve, stop
 
 RUN = "clipping/train"
 DEADLINE_S = 90
@@ -30,41 +30,14 @@ def _get(port: int, path: str, **query: str):
 @pytest.fixture
 def server(demo_logs):
     """TensorBoard on a free port of 127.0.0.1; yields the port."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tensorboard.main",
-            "--logdir",
-            str(demo_logs),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--load_fast",
-            "false",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    process, port = serve(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(demo_logs),
+         "--host", "127.0.0.1", "--port", "0", "--load_fast", "false"]
     )
     try:
-        port, start = None, time.monotonic()
-        for line in process.stdout:  # "TensorBoard 2.x at http://127.0.0.1:PORT/"
-            if "http://127.0.0.1:" in line:
-                port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
-                break
-            if time.monotonic() - start > DEADLINE_S:
-                break
-        assert port is not None, "TensorBoard did not say where it serves"
         yield port
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=20)
+        stop(process)
 
 
 def _wait_for_tags(port: int, plugin: str, tag: str) -> dict:
