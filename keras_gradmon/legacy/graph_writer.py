@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
@@ -36,6 +37,7 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from keras_gradmon import claims
 from keras_gradmon.backend.tensorflow import in_xla_context, run_if
+from keras_gradmon.columns import ArrayOps, readable_rows
 from keras_gradmon.core.measurement import Due
 from keras_gradmon.core.monitor import GradientMonitor
 from keras_gradmon.recorders.tensorboard import (
@@ -247,24 +249,62 @@ def batched_histogram_rows_graph(
     counts: tf.Tensor, value_ranges: tf.Tensor
 ) -> tf.Tensor:
     """`[n, k, 3]` float64 rows of `n` histograms at once, from `[n, k]`
-    bucket counts and `[n, 2]` value ranges (each as `histogram_rows`).
+    bucket counts and `[n, 2]` value ranges: `columns.readable_rows` in
+    TensorFlow ops, so bit for bit the rows `columns.histogram_rows` makes
+    on the host. Summaries are not written under XLA (`summaries_enabled`),
+    so these ops run in a plain graph or eagerly.
 
     Example:
 
     >>> import tensorflow as tf
     >>> rows = batched_histogram_rows_graph(
-    ...     tf.constant([[1, 2]]), tf.constant([[0.0, 1.0]]))
+    ...     tf.constant([[1, 2]]), tf.constant([[6.0, 1.8e31]]))
     >>> rows.numpy()[0, :, 1].tolist()
-    [0.5, 1.0]
+    [9e+30, 1.8e+31]
     """
-    import tensorflow as tf
-
-    k = int(counts.shape[1])
-    value_ranges = tf.cast(value_ranges, tf.float64)
-    finite = tf.reduce_all(tf.math.is_finite(value_ranges), axis=1, keepdims=True)
-    value_ranges = tf.where(finite, value_ranges, tf.zeros_like(value_ranges))
-    low, high = value_ranges[:, :1], value_ranges[:, 1:]
-    edges = low + (high - low) * tf.range(k + 1, dtype=tf.float64) / k
-    edges = tf.concat([edges[:, :-1], high], 1)
     counts = tf.cast(counts, tf.float64)
-    return tf.stack([edges[:, :-1], edges[:, 1:], counts], axis=2)
+    return readable_rows(counts, _as_float64(value_ranges), TENSORFLOW_OPS)
+
+
+def _as_float64(x: tf.Tensor) -> tf.Tensor:
+    """`x` in float64, its float32 subnormals kept: TensorFlow's CPU kernels
+    read them as 0 (denormals are zero), where NumPy's cast keeps them.
+    Their value in float64, a normal number, is the mantissa times 2**-149."""
+    if x.dtype != tf.float32:
+        return tf.cast(x, tf.float64)
+    bits = tf.bitcast(x, tf.int32)
+    mantissa = tf.cast(tf.bitwise.bitwise_and(bits, 0x7FFFFF), tf.float64)
+    tiny = tf.where(bits < 0, -mantissa, mantissa) * 2.0**-149
+    subnormal = tf.equal(tf.bitwise.bitwise_and(bits, 0x7F800000), 0)
+    return tf.where(subnormal, tiny, tf.cast(x, tf.float64))
+
+
+class _TensorFlowOps:
+    """`columns.ArrayOps` of TensorFlow: float64 and int64 tensors."""
+
+    floor, ceil = staticmethod(tf.math.floor), staticmethod(tf.math.ceil)
+    rint = staticmethod(tf.math.round)  # half to even, as NumPy's rint
+    abs, isfinite = staticmethod(tf.math.abs), staticmethod(tf.math.is_finite)
+    where, concat, stack = map(staticmethod, (tf.where, tf.concat, tf.stack))
+
+    @staticmethod
+    def all(x: tf.Tensor, axis: int) -> tf.Tensor:
+        return tf.reduce_all(x, axis)
+
+    @staticmethod
+    def sum(x: tf.Tensor, axis: int) -> tf.Tensor:
+        return tf.reduce_sum(tf.cast(x, tf.int64) if x.dtype == tf.bool else x, axis)
+
+    @staticmethod
+    def take(table: np.ndarray, index: tf.Tensor) -> tf.Tensor:
+        return tf.gather(tf.constant(table), index)
+
+    @staticmethod
+    def count_at_most(table: np.ndarray, x: tf.Tensor) -> tf.Tensor:
+        flat = tf.reshape(x, [1, -1])
+        found = tf.searchsorted(table[None], flat, side="right", out_type=tf.int64)
+        return tf.reshape(found, tf.shape(x))
+
+
+#: `columns.ArrayOps` of TensorFlow.
+TENSORFLOW_OPS: ArrayOps = _TensorFlowOps()

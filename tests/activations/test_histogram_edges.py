@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from keras_gradmon import ActivationMonitor
-from keras_gradmon.core.histogram import readable_rows
+from keras_gradmon.columns import histogram_rows
 from tests.reference import (
     histogram_series,
     load_events,
@@ -73,7 +73,7 @@ def test_exploding_outputs_give_short_finite_edges(tmp_path):
 )
 def test_edges_are_as_short_as_the_range_allows(low, high):
     value_range = np.array([low, high], np.float32)
-    rows = readable_rows(np.arange(BUCKETS), value_range)
+    rows = histogram_rows(np.arange(BUCKETS), value_range)
     edges = np.append(rows[:, 0], rows[-1, 1])
     lo, hi = value_range.astype(np.float64)
     assert np.all(np.isfinite(edges)) and np.all(np.diff(edges) > 0)
@@ -83,15 +83,18 @@ def test_edges_are_as_short_as_the_range_allows(low, high):
     assert rows[:, 2].tolist() == list(range(BUCKETS))
 
 
-@pytest.mark.parametrize("value", [0.0, 6.0, -1.8e31])
+@pytest.mark.parametrize("value", [0.0, 6.0, -1.8e31, 1.2355e7, 0.25])
 def test_equal_values_get_a_range_around_them(value):
-    rows = readable_rows(
+    value = float(np.float32(value))
+    rows = histogram_rows(
         np.array([0] * (BUCKETS - 1) + [40]), np.array([value, value], np.float32)
     )
     edges = np.append(rows[:, 0], rows[-1, 1])
     assert np.all(np.isfinite(edges)) and np.all(np.diff(edges) > 0)
     assert all(float(f"{e:.4g}") == e for e in edges)  # 30 buckets of 1/30
-    # Every value in the middle bucket, and the bucket holds the value.
-    middle = BUCKETS // 2
-    assert rows[:, 2].tolist() == [0] * middle + [40] + [0] * (BUCKETS - middle - 1)
-    assert rows[middle, 0] <= value < rows[middle, 1]
+    # Every value in the bucket that holds it, one of the middle two.
+    (held,) = np.flatnonzero((rows[:, 0] <= value) & (value < rows[:, 1]))
+    assert held in (BUCKETS // 2 - 1, BUCKETS // 2)
+    assert rows[:, 2].tolist() == [0] * held + [40] + [0] * (BUCKETS - held - 1)
+    magnitude = 10.0 ** int(np.floor(np.log10(abs(value)))) if abs(value) >= 1 else 1
+    assert rows[-1, 1] - rows[0, 0] == pytest.approx(magnitude, rel=0.01)
