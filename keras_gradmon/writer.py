@@ -35,13 +35,13 @@ from keras_gradmon.columns import (
     Cursor,
     Entry,
     TagTable,
-    histogram_rows,
     latest_entry,
     parse,
     tag,
     unpack,
     variable_statistic,
 )
+from keras_gradmon.histogram_rows import histogram_rows
 from keras_gradmon.hub import GRADIENTS, Hub, Publication, Recorder, chief_writes
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ import tensorflow as tf
 
 import keras_gradmon
 from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
-from keras_gradmon.columns import histogram_rows
 from keras_gradmon.core.state import MonitorState
+from keras_gradmon.histogram_rows import histogram_rows
 from tests.helpers import LOSS, data, gradients, mlp
 from tests.reference import (
     histogram_series,
@@ -105,7 +105,7 @@ def test_event_files_hold_the_reference_statistics(tmp_path):
         assert buckets.shape == (10, 3)
         assert buckets[:, 2].sum() == g.size
         counts, low, high = reference_histogram(g, 10)
-        # The readable edges of the reference range (`columns.readable_rows`).
+        # The readable edges of the reference range (`histogram_rows.readable_rows`).
         want = histogram_rows(counts, np.array([low, high]))
         np.testing.assert_array_equal(buckets[:, :2], want[:, :2])
         assert np.abs(np.cumsum(buckets[:, 2] - counts)).max() <= 1

@@ -1,7 +1,7 @@
 """Gradient and weight histograms stay readable when the values are huge or
 non-finite (issue 32, section 2): the rows TensorBoard reads have finite,
 strictly increasing, short edges, from one definition
-(`columns.readable_rows`) that the host (`histogram_rows`) runs on NumPy and
+(`histogram_rows.readable_rows`) that the host (`histogram_rows`) runs on NumPy and
 the in-graph writer (`batched_histogram_rows_graph`) on TensorFlow ops, bit
 for bit the same; checked here against an independent reference in decimal
 arithmetic."""
@@ -17,7 +17,7 @@ import tensorflow as tf
 from keras import ops
 
 from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
-from keras_gradmon.columns import histogram_rows
+from keras_gradmon.histogram_rows import histogram_rows
 from keras_gradmon.legacy.graph_writer import batched_histogram_rows_graph
 from tests.reference import histogram_series, load_events, reference_histogram
 

@@ -15,6 +15,7 @@ PACKAGE = pathlib.Path(__file__).parent.parent / "keras_gradmon"
 #: own room and the rooms before it).
 ROOMS = (
     ("foundation", ("validation", "defaults", "formatting", "naming", "columns",
+                    "histogram_rows",
                     "schedule", "backend")),
     ("kernel", ("core",)),
     ("publishing", ("hub", "writer", "claims")),

@@ -9,7 +9,7 @@ from tensorboard.compat.proto import types_pb2
 from tensorboard.plugins.histogram import metadata as histogram_metadata
 from tensorboard.plugins.scalar import metadata as scalar_metadata
 
-from keras_gradmon.columns import histogram_rows
+from keras_gradmon.histogram_rows import histogram_rows
 from keras_gradmon.legacy import graph_writer as packed
 from keras_gradmon.legacy.graph_writer import batched_histogram_rows_graph
 

@@ -269,7 +269,7 @@ import keras_gradmon.recorders.console
 import keras_gradmon.recorders.jsonl
 import keras_gradmon.recorders.keras_logs
 import keras_gradmon.writer
-from keras_gradmon.columns import histogram_rows
+from keras_gradmon.histogram_rows import histogram_rows
 from keras_gradmon.columns import Table
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, table_metadata
 

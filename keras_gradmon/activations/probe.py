@@ -30,9 +30,10 @@ from keras import ops
 
 from keras_gradmon.activations.layers import WatchedLayer, capture_outputs
 from keras_gradmon.backend import Tensor, unconverted
-from keras_gradmon.columns import histogram_rows, tag
+from keras_gradmon.columns import tag
 from keras_gradmon.core.batched import tensor_statistics
 from keras_gradmon.core.histogram import bucket_counts
+from keras_gradmon.histogram_rows import histogram_rows
 
 #: Activations whose output saturates, and the values counted as saturated:
 #: |tanh| >= 0.99 and sigmoid <= 0.01 or >= 0.99. There the derivative is
@@ -238,7 +239,7 @@ class ActivationSnapshot:
 
     def histogram_values(self, scope: str | None = None) -> dict[str, np.ndarray]:
         """`{tag: [k, 3] rows}` of each reached layer's finite outputs, with
-        readable edges (`columns.histogram_rows`), or {}."""
+        readable edges (`histogram_rows.histogram_rows`), or {}."""
         if self.hist_counts is None:
             return {}
         return {

@@ -6,7 +6,7 @@ equal-width buckets spanning [min, max] of the finite elements, the last one
 closed on the right; when all finite values are equal, every element lands in
 the last bucket. Non-finite elements are left out (they are counted by the
 `nonfinite` statistic). TensorBoard's `[k, 3]` rows, with readable edges,
-are made from them by `keras_gradmon.columns.readable_rows`: on the host
+are made from them by `keras_gradmon.histogram_rows.readable_rows`: on the host
 (`histogram_rows`) or, for summaries written in-graph, in TensorFlow ops
 (`keras_gradmon.legacy.graph_writer`).
 """

@@ -37,9 +37,9 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from keras_gradmon import claims
 from keras_gradmon.backend.tensorflow import in_xla_context, run_if
-from keras_gradmon.columns import ArrayOps, readable_rows
 from keras_gradmon.core.measurement import Due
 from keras_gradmon.core.monitor import GradientMonitor
+from keras_gradmon.histogram_rows import ArrayOps, readable_rows
 from keras_gradmon.recorders.tensorboard import (
     TensorBoardRecorder,
     table_head,
@@ -249,8 +249,8 @@ def batched_histogram_rows_graph(
     counts: tf.Tensor, value_ranges: tf.Tensor
 ) -> tf.Tensor:
     """`[n, k, 3]` float64 rows of `n` histograms at once, from `[n, k]`
-    bucket counts and `[n, 2]` value ranges: `columns.readable_rows` in
-    TensorFlow ops, so bit for bit the rows `columns.histogram_rows` makes
+    bucket counts and `[n, 2]` value ranges: `histogram_rows.readable_rows` in
+    TensorFlow ops, so bit for bit the rows `histogram_rows.histogram_rows` makes
     on the host. Summaries are not written under XLA (`summaries_enabled`),
     so these ops run in a plain graph or eagerly.
 

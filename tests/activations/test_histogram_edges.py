@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from keras_gradmon import ActivationMonitor
-from keras_gradmon.columns import histogram_rows
+from keras_gradmon.histogram_rows import histogram_rows
 from tests.reference import (
     histogram_series,
     load_events,

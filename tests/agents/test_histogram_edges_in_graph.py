@@ -1,6 +1,6 @@
 """Histograms written inside the train step (a `tf.compat.v1.train`
 optimizer under a default writer, the tf-agents way) have the host's
-readable rows bit for bit (`columns.histogram_rows`), also when the
+readable rows bit for bit (`histogram_rows.histogram_rows`), also when the
 gradients are huge, non-finite or all equal (issue 32, section 2)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 import keras_gradmon
-from keras_gradmon.columns import histogram_rows
+from keras_gradmon.histogram_rows import histogram_rows
 from tests.reference import histogram_series, load_events, reference_histogram
 
 BUCKETS = 30

@@ -1,0 +1,237 @@
+"""The rows of a histogram as TensorBoard draws them, `(left, right,
+count)`, with bucket edges short enough to read on an axis.
+
+One definition serves every histogram: `readable_rows` is written against
+`ArrayOps`, so the host runs it on NumPy (`histogram_rows`) and the in-
+graph writer on TensorFlow ops (`legacy.graph_writer`), with the same
+float64 operations in the same order. Each is an IEEE operation rounded
+once (+, -, *, /, floor, ceil, round half to even, comparisons, lookups),
+so both give the same bits. No logarithm, power or decimal string: their
+results differ by library.
+
+Example:
+
+>>> histogram_rows(np.array([1, 2]), np.array([0.0, 1.0])).tolist()
+[[0.0, 0.5, 1.0], [0.5, 1.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any, Protocol
+
+import numpy as np
+
+#: The fewest significant digits of a readable bucket edge.
+EDGE_DIGITS = 3
+#: The most: with 15 digits a rounded edge's integer part is below 2**50,
+#: which `_times_power_of_ten` multiplies exactly.
+_MOST_DIGITS = 15
+#: The powers of ten in the table (normal doubles only).
+_LOWEST, _HIGHEST = -307, 308
+
+
+class ArrayOps(Protocol):
+    """The array functions `readable_rows` needs, with NumPy's meaning
+    (`NUMPY_OPS`); `keras_gradmon.legacy.graph_writer` has TensorFlow's.
+
+    Integer arrays are int64, floating ones float64; `where` broadcasts.
+    """
+
+    def floor(self, x: Any) -> Any: ...
+    def ceil(self, x: Any) -> Any: ...
+    def rint(self, x: Any) -> Any: ...  # half to even
+    def abs(self, x: Any) -> Any: ...
+    def isfinite(self, x: Any) -> Any: ...
+    def where(self, condition: Any, x: Any, y: Any) -> Any: ...
+    def all(self, x: Any, axis: int) -> Any: ...
+    def sum(self, x: Any, axis: int) -> Any: ...  # booleans: int64
+    def take(self, table: np.ndarray, index: Any) -> Any: ...
+    def count_at_most(self, table: np.ndarray, x: Any) -> Any: ...
+    def concat(self, parts: Sequence[Any], axis: int) -> Any: ...
+    def stack(self, parts: Sequence[Any], axis: int) -> Any: ...
+
+
+class _NumpyOps:
+    """`ArrayOps` of NumPy."""
+
+    floor, ceil, rint = map(staticmethod, (np.floor, np.ceil, np.rint))
+    abs, isfinite, where = map(staticmethod, (np.abs, np.isfinite, np.where))
+    concat, stack = map(staticmethod, (np.concatenate, np.stack))
+
+    @staticmethod
+    def all(x: Any, axis: int) -> Any:
+        return np.all(x, axis=axis)
+
+    @staticmethod
+    def sum(x: Any, axis: int) -> Any:
+        return np.sum(x, axis=axis, dtype=np.int64 if x.dtype == bool else None)
+
+    @staticmethod
+    def take(table: np.ndarray, index: Any) -> Any:
+        return np.take(table, index)
+
+    @staticmethod
+    def count_at_most(table: np.ndarray, x: Any) -> Any:
+        return np.searchsorted(table, x, side="right").astype(np.int64)
+
+
+#: `ArrayOps` of NumPy.
+NUMPY_OPS: ArrayOps = _NumpyOps()
+
+
+@functools.cache
+def powers_of_ten() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`(near, head, tail, rest)` for p from -307 to 308: the double nearest
+    10**p, its top 26 significant bits and its other bits (`near = head +
+    tail`), and the double nearest `10**p - near`, all float64 `[616]`."""
+    near, rest = [], []
+    for p in range(_LOWEST, _HIGHEST + 1):
+        exact = Fraction(10) ** p
+        near.append(float(exact))
+        rest.append(float(exact - Fraction(near[-1])))
+    nearest = np.array(near)
+    mantissa, exponent = np.frexp(nearest)
+    head = np.ldexp(np.floor(mantissa * 2.0**26), exponent - 26)
+    return nearest, head, nearest - head, np.array(rest)
+
+
+@functools.cache
+def _signed_powers_of_ten() -> tuple[np.ndarray, ...]:
+    """`near, head, -head, -tail, -rest` of `powers_of_ten`."""
+    near, head, tail, rest = powers_of_ten()
+    return near, head, -head, -tail, -rest
+
+
+def _times_power_of_ten(m: Any, p: Any, ops: ArrayOps) -> Any:
+    """The double nearest `m * 10**p` (int64 `p`, `m` an integer below 2**50
+    in magnitude), but in cases within 2**-100 of a tie: `m` times 10**p held
+    as two doubles, the product of the first one exact (Dekker)."""
+    # Negated tables: `x - y * -t` is `x + y * t` to the bit, and Grappler's
+    # arithmetic optimizer, which turns chains of additions into one AddN in
+    # another order, leaves subtractions as they are.
+    index = p - _LOWEST
+    near, head, minus_head, minus_tail, minus_rest = (
+        ops.take(t, index) for t in _signed_powers_of_ten()
+    )
+    size = ops.abs(m)
+    size_high = ops.floor(size / 2.0**25) * 2.0**25  # both halves below 2**26
+    size_low = size - size_high
+    product = size * near
+    error = size_high * head - product - size_high * minus_tail
+    error = error - size_low * minus_head - size_low * minus_tail
+    result = product + (error - size * minus_rest)
+    return ops.where(m < 0.0, -result, result)
+
+
+def _rounded(edges: Any, ops: ArrayOps) -> Any:
+    """`[n, D, k + 1]`: `edges` `[n, k + 1]` at `EDGE_DIGITS` ..
+    `_MOST_DIGITS` significant digits, each the double nearest a decimal;
+    the first the largest such double at most the edge, the last the
+    smallest at least the edge (they still hold the range)."""
+    near = powers_of_ten()[0]
+    values = edges[:, None, :]
+    digits = np.arange(EDGE_DIGITS, _MOST_DIGITS + 1, dtype=np.int64)[:, None]
+    decade = ops.count_at_most(near, ops.abs(values)) - 1 + _LOWEST
+    p = decade - digits + 1
+    p = ops.where(p < _LOWEST, np.int64(_LOWEST), p)
+    # By an exact power of ten (|p| <= 22) the quotient is rounded once:
+    # an edge that is a short decimal gives an integer.
+    scaled = ops.where(
+        p < 0,
+        values * ops.take(near, -p - _LOWEST),
+        values / ops.take(near, p - _LOWEST),
+    )
+    k = edges.shape[1] - 1
+    first, last = np.arange(k + 1) == 0, np.arange(k + 1) == k
+    m = ops.where(last, ops.ceil(scaled), ops.rint(scaled))
+    m = ops.where(first, ops.floor(scaled), m)
+    # The quotient is rounded, so the outer edges' integer may be one off:
+    # the first edge is the largest of the three at most the value, the last
+    # the smallest at least the value.
+    below, at, above = (_times_power_of_ten(m + d, p, ops) for d in (-1.0, 0.0, 1.0))
+    low = ops.where(above <= values, above, ops.where(at <= values, at, below))
+    high = ops.where(below >= values, below, ops.where(at >= values, at, above))
+    return ops.where(first, low, ops.where(last, high, at))
+
+
+def readable_edges(low: Any, high: Any, k: int, ops: ArrayOps = NUMPY_OPS) -> Any:
+    """`[n, k + 1]` float64 edges of `k` equal buckets over `[low, high]`
+    (float64 `[n]`, `low < high`, the width finite), readable on an axis.
+
+    Each edge is rounded to the fewest significant digits, 3 at least, at
+    which none moves by more than a tenth of a bucket and they still
+    increase; the first is rounded down and the last up, so they hold the
+    range. Each is the double nearest its decimal (`float(f"{e:.3g}") == e`
+    where 3 digits do). Past 15 digits the edges stay exact.
+
+    Example:
+
+    >>> readable_edges(np.array([6.0]), np.array([1.8e31]), 2).tolist()
+    [[6.0, 9e+30, 1.8e+31]]
+    """
+    positions = np.arange(k + 1, dtype=np.float64) / k
+    exact = low[:, None] + (high - low)[:, None] * positions
+    exact = ops.concat([low[:, None], exact[:, 1:-1], high[:, None]], 1)
+    tolerance = (0.1 * (high - low) / k)[:, None, None]
+    rounded = _rounded(exact, ops)
+    moved = ops.abs(rounded - exact[:, None, :])
+    steps = rounded[:, :, 1:] - rounded[:, :, :-1]
+    fits = ops.all(moved <= tolerance, 2) & ops.all(steps > 0.0, 2)
+    chosen = exact
+    for d in reversed(range(_MOST_DIGITS - EDGE_DIGITS + 1)):
+        chosen = ops.where(fits[:, d : d + 1], rounded[:, d, :], chosen)
+    return chosen
+
+
+def readable_rows(counts: Any, value_ranges: Any, ops: ArrayOps = NUMPY_OPS) -> Any:
+    """TensorBoard's `[n, k, 3]` float64 rows `(left, right, count)` of `n`
+    histograms, from float64 `[n, k]` bucket counts and `[n, 2]` ranges
+    (`core.histogram.bucket_counts`), with `readable_edges`.
+
+    A range with all values equal (or none, or not finite, taken as
+    `[0, 0]`) becomes that value +- half its order of magnitude (+- 0.5
+    below 1), and its count moves to the bucket that holds the value. The
+    other counts are kept. Non-finite values are in no bucket: the
+    `nonfinite` statistics count them.
+
+    Example:
+
+    >>> readable_rows(np.array([[1.0, 2.0]]), np.array([[0.0, 1.0]])).tolist()
+    [[[0.0, 0.5, 1.0], [0.5, 1.0, 2.0]]]
+    """
+    zero = np.float64(0.0)
+    low, high = value_ranges[:, 0], value_ranges[:, 1]
+    finite = ops.isfinite(high - low)
+    value, high = ops.where(finite, low, zero), ops.where(finite, high, zero)
+    flat = high <= value
+    near = powers_of_ten()[0]
+    decade = ops.count_at_most(near, ops.abs(value)) - 1
+    decade = ops.where(decade < 0, np.int64(0), decade)
+    magnitude = ops.where(ops.abs(value) >= 1.0, ops.take(near, decade), np.float64(1))
+    low = ops.where(flat, value - magnitude / 2, value)
+    high = ops.where(flat, value + magnitude / 2, high)
+    k = counts.shape[1]
+    edges = readable_edges(low, high, k, ops)
+    bucket = ops.sum(edges[:, :-1] <= value[:, None], 1)[:, None] - 1
+    total = ops.sum(counts, 1)[:, None]
+    moved = ops.where(bucket == np.arange(k), total, zero)
+    counts = ops.where(flat[:, None], moved, counts)
+    return ops.stack([edges[:, :-1], edges[:, 1:], counts], 2)
+
+
+def histogram_rows(counts: np.ndarray, value_range: np.ndarray) -> np.ndarray:
+    """TensorBoard's `[k, 3]` float64 rows `(left, right, count)` of one
+    histogram (`readable_rows`), on the host.
+
+    Example:
+
+    >>> histogram_rows(np.array([1, 2]), np.array([6.0, 1.8e31])).tolist()
+    [[6.0, 9e+30, 1.0], [9e+30, 1.8e+31, 2.0]]
+    """
+    counts = np.asarray(counts, dtype=np.float64)[None]
+    value_range = np.asarray(value_range, dtype=np.float64)[None]
+    with np.errstate(all="ignore"):  # past the largest double: not taken
+        return readable_rows(counts, value_range)[0]
