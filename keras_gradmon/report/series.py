@@ -292,7 +292,12 @@ class Series(Mapping[int, float]):
         if self.max_points is not None and steps.size > self.max_points:
             while _firsts(steps[:-1] // self.width).size > self.max_points - 2:
                 self.width *= 2
-            first = np.union1d(_firsts(steps[:-1] // self.width), self._pinned(steps))
+            first = _firsts(steps[:-1] // self.width)
+            pinned = self._pinned(steps)  # few: inserted where missing
+            at = np.searchsorted(first, pinned)
+            missing = first[np.minimum(at, first.size - 1)] != pinned
+            missing |= at == first.size
+            first = np.insert(first, at[missing], pinned[missing])
             first = np.append(first[first < steps.size - 1], steps.size - 1)
             steps, values = steps[first], values[first]
         self._steps, self._values = steps, values
@@ -304,7 +309,7 @@ class Series(Mapping[int, float]):
         wanted = [] if high is None else [high]
         if self._peaks is not None:
             wanted += self._peaks.steps()
-        wanted = np.asarray(wanted, np.int64)
+        wanted = np.array(sorted(set(wanted)), np.int64)
         at = np.minimum(np.searchsorted(steps, wanted), steps.size - 1)
         return at[steps[at] == wanted]
 
