@@ -23,9 +23,17 @@ and the memory run reads a 100k-step table run with `before` and `now`
 (TensorBoard's reader would keep every value: about 8 GB). Wall and CPU
 time include each child's imports (about 0.3 s of `now`'s).
 
+With `--fit`, the runs are instead written by a real `fit` in the issue's
+configuration (`fit-table` and `fit-scalars`, `--fit-steps` steps, default
+10,000): the 9-layer MLP under `GradientMonitorOptimizer(every_n_steps=1,
+histogram_every_n_steps=10)` and `GradientMonitorCallback`, in the default
+table layout and with `per_variable_scalars=True` (the old layout), cached
+under /tmp/keras_gradmon_bench_report/fit_<layout>_<steps>.
+
 Run from the repository root:
 
     .venv/bin/python benchmarks/bench_report.py
+    .venv/bin/python benchmarks/bench_report.py --fit
 """
 
 from __future__ import annotations
@@ -106,6 +114,35 @@ def build(path: str, steps: int, layout: str) -> None:
     open(done, "w").close()
 
 
+def build_fit(path: str, steps: int, layout: str) -> None:
+    """Writes a run of `steps` steps by a real `fit` of the 9-layer MLP in
+    `layout` ("table", or "scalars": `per_variable_scalars=True`), once."""
+    done = os.path.join(path, "done")
+    if os.path.exists(done):
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+
+    from keras_gradmon import GradientMonitorCallback, GradientMonitorOptimizer
+
+    keras.utils.set_random_seed(0)
+    layers = [keras.layers.Dense(32, activation="relu") for _ in range(LAYERS - 1)]
+    model = keras.Sequential([keras.Input((16,)), *layers, keras.layers.Dense(1)])
+    optimizer = GradientMonitorOptimizer(
+        keras.optimizers.SGD(1e-3),
+        every_n_steps=1,
+        histogram_every_n_steps=HISTOGRAM_EVERY,
+        per_variable_scalars=layout == "scalars",
+    )
+    model.compile(optimizer, "mse")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(steps * 8, 16)).astype(np.float32)
+    y = rng.normal(size=(steps * 8, 1)).astype(np.float32)
+    callback = GradientMonitorCallback(path)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[callback])
+    open(done, "w").close()
+
+
 def _before() -> str:
     """The package at commit `BEFORE`, extracted once."""
     where = os.path.join(CACHE, f"before_{BEFORE}")
@@ -169,12 +206,34 @@ def main() -> None:
     parser.add_argument("--memory-steps", type=int, default=100_000)
     parser.add_argument("--readers", default="before,now,tensorboard")
     parser.add_argument("--memory-readers", default="before,now")
+    parser.add_argument("--fit", action="store_true", help="runs written by fit")
+    parser.add_argument("--build-fit", nargs=3, metavar=("PATH", "STEPS", "LAYOUT"))
+    parser.add_argument("--fit-steps", type=int, default=10_000)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
+    if args.build_fit:  # in a child of its own: the parent's RSS stays small
+        build_fit(args.build_fit[0], int(args.build_fit[1]), args.build_fit[2])
+        return
     print("| run | MB | reader | wall s | CPU s | peak RSS MB | tags |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
+    if args.fit:
+        for layout in ("table", "scalars"):
+            path = os.path.join(CACHE, f"fit_{layout}_{args.fit_steps}")
+            started = time.perf_counter()
+            command = [sys.executable, __file__, "--build-fit", path]
+            subprocess.run([*command, str(args.fit_steps), layout], check=True)
+            print(f"(built {path} in {time.perf_counter() - started:.0f} s)")
+            for reader in args.readers.split(","):
+                f = measure(reader, path)
+                print(
+                    f"| fit-{layout}, {args.fit_steps:,} steps | {_size_mb(path):.0f} "
+                    f"| {reader} | {f['wall_s']:.1f} | {f['cpu_s']:.1f} "
+                    f"| {f['peak_rss_mb']:.0f} | {f['tags']} |",
+                    flush=True,
+                )
+        return
     runs = [(layout, args.steps) for layout in ("table", "scalars")]
     runs.append(("table", args.memory_steps))
     for layout, steps in runs:

@@ -130,7 +130,7 @@ def run_report(
     """Prints the report of `log_dir`; returns the exit code."""
     from keras_gradmon.report.analysis import (
         analyze,
-        failing_alerts,
+        failing_count,
         group_signals,
     )
     from keras_gradmon.report.events import ReportError, load_runs
@@ -159,10 +159,10 @@ def run_report(
     if plots and not contents.empty and not _write_page(log_dir, out_dir, contents):
         return EXIT_ERROR
     if fail_on is not None:
-        failing = failing_alerts([*contents.reports, *contents.rl], fail_on)
+        failing = failing_count([*contents.reports, *contents.rl], fail_on)
         if failing:
             print(
-                f"\n{len(failing)} alert(s) at {fail_on} or worse: exit {EXIT_ALERTS}",
+                f"\n{failing} alert(s) at {fail_on} or worse: exit {EXIT_ALERTS}",
                 file=sys.stderr,
             )
             return EXIT_ALERTS

@@ -38,6 +38,7 @@ from keras_gradmon.columns import (
 )
 from keras_gradmon.hub import (
     ALERTS,
+    GRADIENTS,
     Hub,
     Publication,
     chief_writes,
@@ -119,6 +120,9 @@ class AlertDelivery:
         hub: The hub to publish the flags to (not closed by `close`).
         fold_steps: How the log lines fold repeats (see `IncidentLog`);
             None logs every alert in full.
+        source: The kind of monitor the alerts come from ("gradients",
+            "activations", ...; None: unnamed): names the tag of their
+            Markdown table in TensorBoard (`AlertBatch.markdown_tag`).
 
     Example:
 
@@ -136,6 +140,7 @@ class AlertDelivery:
         writes: Callable[[], bool] | None = None,
         hub: Hub | None = None,
         fold_steps: int | None = DEFAULT_FOLD_STEPS,
+        source: str | None = None,
     ) -> None:
         self.actions = validate_actions(actions)
         self.incidents = IncidentLog(fold_steps)
@@ -144,6 +149,7 @@ class AlertDelivery:
         self.hub = recording_hub(log_dir, writer, hub)
         self.jsonl_path = jsonl_path
         self.tag_scope = tag_scope
+        self.source = source
         self.stop_requested = False
 
     def close(self) -> None:
@@ -186,7 +192,8 @@ class AlertDelivery:
         }
         # The alerts themselves: a recorder writes them its way (TensorBoard:
         # a Markdown table and the records, `alerts.log`), or as JSON text.
-        batches = (AlertBatch(tuple(alerts), self.tag_scope),) if alerts else ()
+        batch = AlertBatch(tuple(alerts), self.tag_scope, self.source)
+        batches = (batch,) if alerts else ()
         # Written where this process writes summaries (the chief); the
         # hub's listeners get the flags anyway.
         record = bool(self.hub.recorders) and self.writes()
@@ -388,7 +395,9 @@ cooldown_steps=-1
     ) -> AlertDelivery:
         """Where the alerts go: the flags and texts to `hub`, else to
         TensorBoard at `log_dir` (or through `writer`); log lines, JSON
-        lines and actions as these options say."""
+        lines and actions as these options say. The alerts' source is the
+        monitor's kind: "gradients" for these options, the `SECTION` of a
+        subclass's ("activations")."""
         return AlertDelivery(
             self.actions,
             log_dir=log_dir,
@@ -396,6 +405,7 @@ cooldown_steps=-1
             jsonl_path=self.jsonl_path,
             hub=hub,
             fold_steps=self.fold_steps,
+            source=GRADIENTS if self.SECTION == AlertOptions.SECTION else self.SECTION,
         )
 
 

@@ -6,12 +6,19 @@ one event: a Markdown table for TensorBoard's Text tab (`alert_log/all`,
 1-D string tensor of one JSON object (`Alert.to_dict()`) per alert, under
 `alerts_tag(scope)` (`keras_gradmon/alerts`, `keras_gradmon/<scope>/alerts`),
 plugin `keras_gradmon` with `alerts_content(scope)` in its first event's
-metadata, so that it stays out of the Text tab. Both hold every alert of
-their step written so far: TensorBoard keeps the last event of a step, and
-a reader of every event keeps the last of each step, too.
+metadata, so that it stays out of the Text tab. A monitor of another kind
+than the gradients' writes its table under its own tag
+(`AlertBatch.markdown_tag`: `alert_log/activations`), so that a gradient
+monitor and an activation monitor with their own event files in one
+directory both show in the Text tab. Within one event file both tags hold
+every alert of their step written so far: TensorBoard keeps the last event
+of a step.
 
 `keras-gradmon report` and the dashboard read the records with
-`decode_alerts`. No TensorFlow here.
+`decode_alerts` and unite the events of a step with `merge_alerts`: two
+event files (two recorders) writing alerts at one step both count, and the
+alerts one recorder repeats in a later event of a step count once. No
+TensorFlow here.
 
 Example:
 
@@ -27,7 +34,8 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +44,7 @@ import numpy as np
 from keras_gradmon.alerts.events import ALERT_LOG, Alert
 from keras_gradmon.columns import PLUGIN_NAME, tag
 from keras_gradmon.formatting import format_number
+from keras_gradmon.hub import GRADIENTS
 
 __all__ = [
     "ALERTS_KIND",
@@ -44,6 +53,7 @@ __all__ = [
     "alerts_markdown",
     "alerts_tag",
     "decode_alerts",
+    "merge_alerts",
 ]
 
 #: The `kind` of the alerts' plugin content (a table's is "variables").
@@ -111,6 +121,46 @@ def decode_alerts(content: bytes, value: np.ndarray) -> list[dict]:
             f"{', '.join(map(str, _VERSIONS))}): {content[:80]!r}"
         )
     return [{**_record(item), "scope": scope} for item in np.ravel(value)]
+
+
+def merge_alerts(
+    events: Iterable[tuple[int, Sequence[Mapping[str, Any]]]],
+) -> list[dict]:
+    """The alerts of events, each `(step, records)` (records as
+    `decode_alerts` gives them), with the events of each step united.
+
+    A record (the same content, "scope" included) counts as many times as
+    the one event of its step that holds it most often: a later event of
+    one recorder repeats the alerts of its step written before, and counts
+    none of them twice; the records of two recorders at one step (an
+    activation monitor with event files of its own beside the gradient
+    monitor's) differ, and all count. The report and the dashboard both
+    read alerts through this function.
+
+    Returns:
+        The records by step, in the order they first appear within a step.
+
+    Example:
+
+    >>> a, b, c = {"rule": "spike"}, {"rule": "dead"}, {"rule": "growth"}
+    >>> merge_alerts([(5, [a]), (5, [a, b]), (5, [c]), (4, [a])])
+    [{'rule': 'spike'}, {'rule': 'spike'}, {'rule': 'dead'}, {'rule': 'growth'}]
+    """
+    steps: dict[int, dict[str, list]] = {}
+    for step, records in events:
+        found = steps.setdefault(int(step), {})
+        keys = [json.dumps(r, sort_keys=True, default=str) for r in records]
+        for key, count in Counter(keys).items():
+            if key not in found:
+                found[key] = [records[keys.index(key)], count]
+            else:
+                found[key][1] = max(found[key][1], count)
+    return [
+        record
+        for step in sorted(steps)
+        for record, count in steps[step].values()
+        for _ in range(count)
+    ]
 
 
 def _record(item: Any) -> dict:
@@ -193,21 +243,38 @@ class AlertBatch:
     Attributes:
         alerts: The alerts, in the order they fired.
         scope: The tag scope they were raised under (None: none).
+        source: The kind of monitor that raised them ("gradients",
+            "activations", ...; None: unnamed), which names the tag of
+            their Markdown table (`markdown_tag`).
 
     Example:
 
     >>> batch = AlertBatch((Alert("spike", "warning", 7, 3.5, 2.0, "global"),), "rl")
     >>> batch.text_tag, json.loads(batch.lines()[0])["rule"]
     ('alert_log/rl/all', 'spike')
+    >>> AlertBatch(batch.alerts, None, "activations").markdown_tag
+    'alert_log/activations'
     """
 
     alerts: tuple[Alert, ...]
     scope: str | None = None
+    source: str | None = None
 
     @property
     def text_tag(self) -> str:
         """`alert_log/all`, or `alert_log/<scope>/all`."""
         return tag(ALERT_LOG, "all", self.scope)
+
+    @property
+    def markdown_tag(self) -> str:
+        """The tag of the Markdown table: `text_tag` for the gradients' (or
+        an unnamed source's) alerts, else `alert_log/[<scope>/]<source>`
+        (`alert_log/activations`), so that two monitors writing alerts at
+        one step into two event files of one directory both show in
+        TensorBoard's Text tab, which shows one event a step and tag."""
+        if self.source in (None, GRADIENTS):
+            return self.text_tag
+        return tag(ALERT_LOG, self.source, self.scope)
 
     def records(self) -> list[dict[str, Any]]:
         """Each alert as `Alert.to_dict()`."""

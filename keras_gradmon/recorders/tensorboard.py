@@ -67,7 +67,11 @@ _ALERT_STEPS_KEPT = 4
 
 
 def masked_crc32c(data: bytes) -> int:
-    """TFRecord's masked CRC-32C of `data`.
+    """TFRecord's masked CRC-32C of `data`: the checksum of each record this
+    recorder writes, and the one `keras_gradmon.report.records` verifies.
+    `google_crc32c` computes the CRC-32C in C where its wheel has the
+    extension (`google_crc32c.implementation == "c"`), else with its own
+    pure-Python code: the same numbers, slower.
 
     Example:
 
@@ -386,7 +390,7 @@ class TensorBoardRecorder:
         self._heads: dict[str, bytes] = {}  # see `scalar_head`
         self._table_heads: dict[tuple, bytes] = {}  # see `write_table`
         # The alerts of the last few steps of each tag scope (`write_alerts`).
-        self._alerts: dict[str | None, dict[int, list[dict]]] = {}
+        self._alerts: dict[str | None, dict[int, list[tuple[str, dict]]]] = {}
 
     @property
     def destination(self) -> Any:
@@ -474,25 +478,28 @@ class TensorBoardRecorder:
     def write_alerts(self, batch: Any, step: int) -> None:
         """Writes the alerts of `batch` (a `keras_gradmon.alerts.log.
         AlertBatch`) at `step` as one event: a Markdown table
-        (`batch.markdown`) under `batch.text_tag` for the Text tab, and the
-        records (`Alert.to_dict()`, as JSON strings) under
-        `batch.records_tag`, plugin `keras_gradmon`. Both hold every
-        alert this recorder was given for that step and scope so far:
-        TensorBoard shows the last event of a step, so a second batch of a
-        step (another monitor's, an evaluation's) hides none of the first."""
+        (`batch.markdown`) of the step's alerts written under its
+        `batch.markdown_tag`, for the Text tab, and the records
+        (`Alert.to_dict()`, as JSON strings) of every source under
+        `batch.records_tag`, plugin `keras_gradmon`. Both hold every alert
+        this recorder was given for that step and scope so far: TensorBoard
+        shows the last event of a step, so a second batch of a step
+        (another monitor's, an evaluation's) hides none of the first."""
+        text_tag = getattr(batch, "markdown_tag", batch.text_tag)
         with self._lock:
             steps = self._alerts.setdefault(batch.scope, {})
             records = steps.setdefault(int(step), [])
-            records += batch.records()
+            records += [(text_tag, record) for record in batch.records()]
             if len(steps) > _ALERT_STEPS_KEPT:
                 del steps[next(iter(steps))]
             summary = summary_pb2.Summary()
-            markdown = np.array(batch.markdown(records), dtype=object)
+            own = [record for where, record in records if where == text_tag]
+            markdown = np.array(batch.markdown(own), dtype=object)
             entry = summary.value.add(
-                tag=batch.text_tag, tensor=tensor_util.make_tensor_proto(markdown)
+                tag=text_tag, tensor=tensor_util.make_tensor_proto(markdown)
             )
             self._describe(entry, self._text_metadata)
-            lines = np.array([json.dumps(r) for r in records], dtype=object)
+            lines = np.array([json.dumps(r) for _, r in records], dtype=object)
             entry = summary.value.add(
                 tag=batch.records_tag,
                 tensor=tensor_util.make_tensor_proto(lines),

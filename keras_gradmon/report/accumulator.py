@@ -22,11 +22,12 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from keras_gradmon.alerts.events import ALERT_LOG
-from keras_gradmon.alerts.log import ALERTS_KIND, decode_alerts
+from keras_gradmon.alerts.log import ALERTS_KIND, decode_alerts, merge_alerts
 from keras_gradmon.columns import PLUGIN_NAME
 from keras_gradmon.columns import tag as column_tag
+from keras_gradmon.report.alert_store import KEEP_PER_KEY, AlertStore
 from keras_gradmon.report.records import FileDamage
-from keras_gradmon.report.series import BATCH, MAX_POINTS, Series
+from keras_gradmon.report.series import BATCH, MAX_POINTS, Peaks, Series
 
 #: Table columns read only where the variable had a gradient, and those left
 #: out where not finite (as `Table.scalars` reads them).
@@ -46,9 +47,12 @@ class Run:
             `{step: value}` mappings given here are kept whole.
         histogram_tags: The histogram tags.
         alerts: The alerts written by keras_gradmon (`Alert.to_dict()`
-            dicts, plus the "scope" of their tag), in step order.
+            dicts, plus the "scope" of their tag), in step order: those
+            kept whole (`alert_store`).
         damaged: The damaged event files of the run, if any.
         unread: Values the report should have read and could not, by reason.
+        alert_store: Exact counts and incidents of every alert record
+            (`AlertStore`); None: of `alerts`, all of them kept.
 
     Example:
 
@@ -65,12 +69,17 @@ class Run:
     alerts: list[dict]
     damaged: list[FileDamage] = dataclasses.field(default_factory=list)
     unread: dict[str, int] = dataclasses.field(default_factory=dict)
+    alert_store: AlertStore | None = None
 
     def __post_init__(self) -> None:
         self.scalars = {
             name: points if isinstance(points, Series) else _whole(points)
             for name, points in self.scalars.items()
         }
+        if self.alert_store is None:
+            self.alert_store = AlertStore(keep=None)
+            for alert in self.alerts:
+                self.alert_store.add(alert)
 
     def series(self, tag: str) -> tuple[np.ndarray, np.ndarray]:
         """`(steps, values)` of a scalar tag's kept points, sorted by step
@@ -79,11 +88,28 @@ class Run:
 
     @property
     def unread_notes(self) -> list[str]:
-        """A sentence per reason in `unread`, naming the run."""
-        return [
+        """A sentence per reason in `unread`, naming the run, and one for
+        the points written again at steps folded in before (`Series.
+        rewritten`: a resumed run)."""
+        notes = [
             f"run {self.name!r}: {count:,} value(s) not read: {reason}"
             for reason, count in sorted(self.unread.items())
         ]
+        if self.alert_store.not_kept:
+            notes.append(
+                f"run {self.name!r}: {self.alert_store.not_kept:,} alert record(s) "
+                f"not kept (the first {self.alert_store.keep} of each rule, "
+                "subject and tier are): the alert counts, --fail-on and the "
+                "timeline count them all"
+            )
+        rewritten = sum(s.rewritten for s in self.scalars.values())
+        if rewritten:
+            notes.append(
+                f"run {self.name!r}: {rewritten:,} scalar value(s) written again "
+                "at steps read before (a resumed run): the plots and last "
+                "values show the later value, the other exact figures the first"
+            )
+        return notes
 
     def stats(self, tag: str) -> Series:
         """The `Series` of a scalar tag (an empty one if absent)."""
@@ -136,11 +162,19 @@ class RunAccumulator:
     Feed it each value once, in any order of tags (a tag's steps in step
     order are cheapest): scalars as `(step, float)`, tensors as NumPy arrays
     with their plugin name and plugin content (the content of the tag's
-    first value is the tag's), histogram tags by name. Then `run()`.
+    latest metadata), histogram tags by name. Then `run()`.
+
+    The alerts of a step are united over its events (`keras_gradmon.
+    alerts.log.merge_alerts`): a recorder's later event of a step repeats
+    its earlier alerts and counts them once; two event files writing alerts
+    at one step both count. Events of a step more than `BATCH` alerting
+    steps apart are not united.
 
     Args:
         max_points: Points kept per scalar tag (`series.Series`), or None:
             every point.
+        max_alerts: Alert records kept whole per (scope, rule, subject,
+            tier) (`alert_store.AlertStore`), or None: every record.
 
     Example:
 
@@ -153,32 +187,58 @@ class RunAccumulator:
     (1000, 33)
     """
 
-    def __init__(self, max_points: int | None = MAX_POINTS) -> None:
+    def __init__(
+        self,
+        max_points: int | None = MAX_POINTS,
+        max_alerts: int | None = KEEP_PER_KEY,
+    ) -> None:
         Series(max_points)  # validates it
         self.max_points = max_points
         self._scalars: dict[str, Series] = {}
+        # Shared by the tags that differ in their last segment (`Peaks`).
+        self._peaks: dict[str, Peaks] = {}
         self._histograms: set[str] = set()
-        self._alerts: list[dict] = []
-        self._alert_steps: dict[tuple[str, int], list[dict]] = {}
-        self._contents: dict[str, dict | None] = {}
+        self._alerts = AlertStore(max_alerts)
+        # The alert events of the latest steps, not yet united (`_unite`).
+        self._alert_events: dict[int, list[list[dict]]] = {}
+        self._contents: dict[str, tuple[bytes, dict | None]] = {}
         self._tables: dict[str, _Tables] = {}
         self._unread: dict[str, int] = {}
 
     def add_scalar(self, tag: str, step: int, value: float) -> None:
         """Adds one scalar point."""
-        found = self._scalars.get(tag)
-        if found is None:
-            found = self._scalars[tag] = Series(self.max_points)
-        found.add(step, value)
+        self._series(tag).add(step, value)
 
     def add_scalars(self, tag: str, steps: np.ndarray, values: np.ndarray) -> None:
         """Adds a scalar tag's points given as arrays."""
-        found = self._scalars.get(tag)
-        if found is None and not np.size(steps):
+        if tag not in self._scalars and not np.size(steps):
             return  # no point: no tag
+        self._series(tag).extend(steps, values)
+
+    def add_scalar_batches(
+        self, batches: Mapping[str, tuple[np.ndarray, np.ndarray]]
+    ) -> None:
+        """Adds the points of several tags (`{tag: (steps, values)}`) read
+        together: each tag's highest point is noted (`Peaks`) before any
+        is folded in, so that its sibling tags keep that step."""
+        for tag, (steps, values) in batches.items():
+            self._peaks_of(tag).offer(tag, steps, values)
+        for tag, (steps, values) in batches.items():
+            self.add_scalars(tag, steps, values)
+
+    def _series(self, tag: str) -> Series:
+        found = self._scalars.get(tag)
         if found is None:
-            found = self._scalars[tag] = Series(self.max_points)
-        found.extend(steps, values)
+            peaks = self._peaks_of(tag)
+            found = self._scalars[tag] = Series(self.max_points, peaks, tag)
+        return found
+
+    def _peaks_of(self, tag: str) -> Peaks:
+        group = tag.rsplit("/", 1)[0]
+        found = self._peaks.get(group)
+        if found is None:
+            found = self._peaks[group] = Peaks()
+        return found
 
     def add_histogram_tag(self, tag: str) -> None:
         """Names a histogram tag (its buckets are not the report's)."""
@@ -203,18 +263,28 @@ class RunAccumulator:
         elif plugin_name == "histograms":
             self._histograms.add(tag)
         elif plugin_name == "text" and tag.split("/", 1)[0] == ALERT_LOG:
-            found, bad = _alert_lines(tag, value)
-            self._alerts.extend(found)
+            found, bad, garbled = _alert_lines(tag, value)
+            self._add_alert_event(tag, step, found)
             if bad:
                 self.count_unread(f"{tag}: lines that are no alert (JSON object)", bad)
+            if garbled:
+                self.count_unread(
+                    f"{tag}: lines that are not UTF-8 (read with U+FFFD)", garbled
+                )
         elif plugin_name == PLUGIN_NAME:
             self._add_record(tag, step, value, content)
 
     def add_alerts(self, alerts: Iterable[dict]) -> None:
         """Adds alerts already decoded (`keras_gradmon.alerts.log.
         decode_alerts` dicts, each with its "scope"), as a source that
-        reads them itself (TensorBoard's data provider) has them."""
-        self._alerts.extend(alerts)
+        reads them itself (TensorBoard's data provider) has them, united
+        with `merge_alerts`; a record without a whole-number step is counted
+        as unread."""
+        for alert in alerts:
+            if _whole_number(alert.get("step")):
+                self._keep_alert(alert)
+            else:
+                self.count_unread("alert records without a step")
 
     def count_unread(self, reason: str, count: int = 1) -> None:
         """Counts values that could not be read (`Run.unread`)."""
@@ -224,10 +294,14 @@ class RunAccumulator:
         self, tag: str, step: int, value: np.ndarray, content: bytes
     ) -> None:
         """The single dispatch point of keras_gradmon's own records, on the
-        "kind" of their content."""
-        if tag not in self._contents:
-            self._contents[tag] = _json(content)
-        names = self._contents[tag]
+        "kind" of their content (a tag's latest: a resumed run may name
+        other rows)."""
+        known = self._contents.get(tag)
+        if known is None or known[0] != content:
+            if tag in self._tables:  # rows read with the names they had
+                self._expand(self._tables.pop(tag))
+            known = self._contents[tag] = (content, _json(content))
+        names = known[1]
         kind = names.get("kind") if names else None
         if kind == "variables":
             self._add_table(tag, step, value, names)
@@ -237,14 +311,36 @@ class RunAccumulator:
             self.count_unread(f"{tag}: a keras_gradmon record of kind {kind!r}")
 
     def _add_alerts(self, tag: str, step: int, value: np.ndarray, names: dict) -> None:
-        """An alerts record (`keras_gradmon.alerts.log`): the last event of
-        a step holds every alert of that step, so it replaces the earlier."""
+        """An alerts record (`keras_gradmon.alerts.log`)."""
         try:
             found = decode_alerts(json.dumps(names).encode(), value)
         except ValueError:
             self.count_unread(f"{tag}: alerts records that cannot be read")
             return
-        self._alert_steps[(tag, step)] = found
+        self._add_alert_event(tag, step, found)
+
+    def _add_alert_event(self, tag: str, step: int, found: list[dict]) -> None:
+        """The alerts of one event of `tag`, kept to be united with the
+        other events of their step; a record without a whole-number step
+        is counted as unread."""
+        good = [a for a in found if _whole_number(a.get("step"))]
+        if len(good) < len(found):
+            missing = len(found) - len(good)
+            self.count_unread(f"{tag}: alert records without a step", missing)
+        self._alert_events.setdefault(step, []).append(good)
+        if len(self._alert_events) > BATCH:
+            self._unite(len(self._alert_events) // 2)
+
+    def _unite(self, steps: int | None = None) -> None:
+        """Unites the events of the first `steps` steps read (None: all)
+        with `merge_alerts`, and keeps their alerts."""
+        chosen = list(self._alert_events)[:steps]
+        events = [(s, e) for s in chosen for e in self._alert_events.pop(s)]
+        for alert in merge_alerts(events):
+            self._keep_alert(alert)
+
+    def _keep_alert(self, alert: dict) -> None:
+        self._alerts.add(alert)
 
     def _add_table(self, tag: str, step: int, value: np.ndarray, names: dict) -> None:
         tables = self._tables.get(tag)
@@ -278,24 +374,26 @@ class RunAccumulator:
             missing = values[:, :, tables.present] <= 0  # [steps, rows]
             read &= ~(missing[:, :, None] & tables.needs_grad)
         read &= np.isfinite(values) | ~tables.optional
+        batches = {}
         for (row, column), name in np.ndenumerate(tables.tags):
             if tables.keep[column]:
                 mask = read[:, row, column]
-                self.add_scalars(name, steps[mask], values[mask, row, column])
+                batches[name] = (steps[mask], values[mask, row, column])
+        self.add_scalar_batches(batches)
 
     def run(self, name: str, damaged: Sequence[FileDamage] = ()) -> Run:
         """The `Run` of everything added so far."""
         for tables in self._tables.values():
             self._expand(tables)
-        alerts = self._alerts + [a for b in self._alert_steps.values() for a in b]
-        alerts.sort(key=lambda a: int(a.get("step", 0)))
+        self._unite()
         return Run(
             name,
             dict(self._scalars),
             sorted(self._histograms),
-            alerts,
+            sorted(self._alerts.kept, key=lambda a: a["step"]),
             list(damaged),
             dict(self._unread),
+            self._alerts,
         )
 
 
@@ -307,15 +405,24 @@ def _json(content: bytes) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
-def _alert_lines(tag: str, value: np.ndarray) -> tuple[list[dict], int]:
+def _whole_number(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _alert_lines(tag: str, value: np.ndarray) -> tuple[list[dict], int, int]:
     """The alerts of a legacy alert log (`alert_log/all`,
-    `alert_log/<scope>/all`: a JSON line each), and how many lines that
-    look like JSON are none. Today's logs hold a Markdown table there
-    (the records are in `keras_gradmon/alerts`): it is not counted."""
+    `alert_log/<scope>/all`: a JSON line each), how many lines that look
+    like JSON are none, and how many lines are not UTF-8 (read with
+    replacement characters). Today's logs hold a Markdown table there (the
+    records are in `keras_gradmon/alerts`): it is not counted."""
     scope = "/".join(tag.split("/")[1:-1]) or None
-    found, bad = [], 0
+    found, bad, garbled = [], 0, 0
     for line in np.ravel(value):
-        text = line.decode() if isinstance(line, bytes) else str(line)
+        try:
+            text = line.decode() if isinstance(line, bytes) else str(line)
+        except UnicodeDecodeError:
+            garbled += 1
+            text = line.decode("utf-8", "replace")
         if not text.lstrip().startswith("{"):
             continue
         try:
@@ -326,4 +433,4 @@ def _alert_lines(tag: str, value: np.ndarray) -> tuple[list[dict], int]:
             found.append({**alert, "scope": scope})
         else:
             bad += 1
-    return found, bad
+    return found, bad, garbled

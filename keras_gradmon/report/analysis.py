@@ -47,12 +47,13 @@ import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from keras_gradmon import defaults
 from keras_gradmon.alerts.defaults import default_rules
-from keras_gradmon.alerts.events import TIERS
+from keras_gradmon.alerts.events import TIERS, Alert
 from keras_gradmon.alerts.rules import HIGH, LOW, steps_covered
 from keras_gradmon.columns import (
     GLOBAL,
@@ -63,9 +64,10 @@ from keras_gradmon.columns import (
 from keras_gradmon.formatting import format_number
 from keras_gradmon.naming import split_scope
 from keras_gradmon.report.accumulator import Run
+from keras_gradmon.report.alert_store import AlertCounts, counts_of
 from keras_gradmon.report.rl import group_key
 from keras_gradmon.report.series import Series
-from keras_gradmon.report.timeline import Timeline, alert_timeline
+from keras_gradmon.report.timeline import Timeline
 from keras_gradmon.rl.tags import is_rl_alert_scope
 
 
@@ -265,24 +267,33 @@ def _known_scopes(run: Run) -> set[str | None]:
 
 
 def layer_names(activation: Iterable[str], gradient: Iterable[str]) -> dict[str, str]:
-    """`{activation layer: gradient layer}`: the one gradient layer (a
-    variable path less its last segment) that is the activation monitor's
-    layer name or ends with `/<name>`. Gradient tags name layers by their
-    variables' paths (`demo_mlp/hidden_2/kernel`), activation tags by the
-    layer's name (`activation_std/hidden_2`); a name that matches no layer,
-    or several, keeps its own.
+    """`{activation layer: gradient layer}`: for each activation monitor's
+    layer, the gradient layer (a variable path less its last segment) that
+    is the same name; else the one that ends with `/<name>` (a layer's
+    name under its model's path); else the one that starts with `<name>/`
+    (an LSTM's variables sit in its cell: `seq/lstm/lstm_cell/kernel`).
+    A name that matches no layer, or several at its first kind of match,
+    keeps its own.
 
     Example:
 
     >>> layer_names(["hidden_2", "dense"], ["demo_mlp/hidden_2", "a/dense", "b/dense"])
     {'hidden_2': 'demo_mlp/hidden_2'}
+    >>> layer_names(["seq/lstm", "seq/out"], ["seq/lstm/lstm_cell", "seq/out"])
+    {'seq/lstm': 'seq/lstm/lstm_cell', 'seq/out': 'seq/out'}
     """
     gradient = list(gradient)
     names = {}
     for name in activation:
-        found = [g for g in gradient if g == name or g.endswith(f"/{name}")]
-        if len(found) == 1:
-            names[name] = found[0]
+        for found in (
+            [g for g in gradient if g == name],
+            [g for g in gradient if g.endswith(f"/{name}")],
+            [g for g in gradient if g.startswith(f"{name}/")],
+        ):
+            if found:
+                if len(found) == 1:
+                    names[name] = found[0]
+                break
     return names
 
 
@@ -554,28 +565,6 @@ class Signals:
     clip_fraction: float | None = None
 
 
-def clip_share(steps: np.ndarray, fractions: np.ndarray) -> float | None:
-    """The share of steps clipped: each summary's fraction weighted by the
-    steps it covers (`steps_covered`); None without a finite fraction.
-
-    Example:
-
-    >>> round(clip_share(np.array([0, 100, 200]), np.array([1.0, 0.0, 0.5])), 4)
-    0.2537
-    """
-    weights = np.array(
-        [
-            steps_covered(int(step), int(steps[i - 1]) if i else None)
-            for i, step in enumerate(steps)
-        ],
-        dtype=np.float64,
-    )
-    finite = np.isfinite(fractions)
-    if not finite.any():
-        return None
-    return float(np.average(fractions[finite], weights=weights[finite]))
-
-
 def _largest_spike(run: Run, scope: str | None) -> tuple[float, int] | None:
     """The largest `spikes/max_norm` (exact) and its `spikes/max_step` (the
     summary's step where that point was left out by the decimation)."""
@@ -630,7 +619,8 @@ def clip_note(
     `window`, in steps), which a shorter run never does. None otherwise.
 
     Args:
-        fraction: The run's share of steps clipped (`clip_share`).
+        fraction: The run's share of steps clipped (`Series.covered_mean`
+            of its clip fractions).
         steps: The steps of its `clip/fraction` summaries.
         alerts: Its alert records.
 
@@ -788,12 +778,14 @@ class RunReport:
     `dropped_summaries` and `dropped_histograms` are the last
     `dropped/[<scope>/]summaries` and `.../histograms`: recorded summary and
     histogram steps lost to an overflowing history buffer. `clip_fraction`
-    is the share of steps clipped (`signals.clip_share`); `signals` holds
-    issue 21's signals (update ratio, spikes, noise scale, ...). `clip_note`
-    says why a run clipped that much without a `clip_fraction` alert
-    (`clip_note`); `layer_names` maps the activation monitor's layer names
-    onto the gradient tags' (`layer_names`), for the findings and the alert
-    timeline.
+    is the share of steps clipped (`Series.covered_mean` of the clip
+    fractions); `signals` holds issue 21's signals (update ratio, spikes,
+    noise scale, ...). `clip_note` says why a run clipped that much without
+    a `clip_fraction` alert (`clip_note`); `layer_names` maps the activation
+    monitor's layer names onto the gradient tags' (`layer_names`), for the
+    findings and the alert timeline. `alerts` holds the alert records kept
+    whole (`alert_store.AlertStore`), `alert_counts` the exact numbers of
+    all of them (`counts`).
     """
 
     run: str
@@ -813,24 +805,34 @@ class RunReport:
     signals: Signals | None = None
     clip_note: str | None = None
     layer_names: dict[str, str] = dataclasses.field(default_factory=dict)
+    alert_counts: AlertCounts | None = None
 
     @property
     def title(self) -> str:
         return f"{self.run} [{self.scope}]" if self.scope else self.run
 
+    @property
+    def counts(self) -> AlertCounts:
+        """Exact numbers over every alert record (`alerts` holds those kept
+        whole): `alert_counts`, else those of `alerts`."""
+        return self.alert_counts or counts_of(self.alerts)
+
     def alert_count(self, tier: str) -> int:
-        return sum(1 for a in self.alerts if a.get("tier") == tier)
+        return self.counts.tiers.get(tier, 0)
 
     @functools.cached_property
     def timeline(self) -> Timeline:
-        """The alerts grouped into incidents (`alert_timeline`), activation
-        alerts under the gradient tags' layer names (`layer_names`)."""
-        return alert_timeline([self._renamed(alert) for alert in self.alerts])
+        """The alerts grouped into incidents (`AlertCounts.timeline`),
+        activation alerts under the gradient tags' layer names
+        (`layer_names`)."""
+        return self.counts.timeline(self._renamed)
 
-    def _renamed(self, alert: dict) -> dict:
-        subject = self.layer_names.get(alert.get("subject"))
-        activation = str(alert.get("metric", "")).startswith("activation_")
-        return {**alert, "subject": subject} if subject and activation else alert
+    def _renamed(self, alert: Alert) -> Alert:
+        subject = self.layer_names.get(alert.subject)
+        activation = alert.metric.startswith("activation_")
+        if subject and activation:
+            return dataclasses.replace(alert, subject=subject)
+        return alert
 
 
 def scopes(run: Run) -> list[str | None]:
@@ -944,6 +946,7 @@ def analyze_run(
     nonfinite = run.stats(prefix("grad_nonfinite", scope) + "global").flagged
     loss = final_loss(run, runs)
     alerts = [a for a in run.alerts if a.get("scope") == scope]
+    counts = run.alert_store.counts(scope)
     names = layer_names(
         activation_layers(run, scope), {layer_of(path) for path in variables}
     )
@@ -967,6 +970,7 @@ def analyze_run(
         signals=signals,
         clip_note=clip_note(signals.clip_fraction, clip_steps, alerts),
         layer_names=names,
+        alert_counts=counts,
     )
 
 
@@ -978,8 +982,21 @@ def analyze(runs: list[Run], criteria: HealthCriteria | None = None) -> list[Run
     ]
 
 
+def failing_count(reports: Sequence[Any], tier: str) -> int:
+    """How many alert records are at `tier` or above (for `--fail-on`),
+    counting those not kept whole too (`RunReport.counts`)."""
+    rank = TIERS.index(tier)
+    return sum(
+        count
+        for report in reports
+        for name, count in report.counts.tiers.items()
+        if name in TIERS and TIERS.index(name) >= rank
+    )
+
+
 def failing_alerts(reports: list[RunReport], tier: str) -> list[dict]:
-    """The alerts at `tier` or above (for `--fail-on`)."""
+    """The alerts kept whole at `tier` or above (`failing_count` counts
+    every one)."""
     rank = TIERS.index(tier)
     return [
         alert

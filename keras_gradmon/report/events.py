@@ -117,7 +117,8 @@ def _tensor(tensor: object) -> np.ndarray:
 
 class _FileReader:
     """Feeds one run's event files to its accumulator, remembering each
-    tag's plugin across the files (its first metadata)."""
+    tag's plugin across the files (its latest metadata: a resumed run's
+    table may name other rows)."""
 
     def __init__(self, accumulator: RunAccumulator) -> None:
         self.accumulator = accumulator
@@ -142,7 +143,8 @@ class _FileReader:
                 for value in event.summary.value:
                     self._value(step, value)
         for tag in list(self.floats):
-            self._hand_over(tag)
+            if tag in self.floats:
+                self._hand_over(tag)
         if records.damage is None:
             return None
         steps = None if first is None else (first, last)
@@ -150,10 +152,11 @@ class _FileReader:
 
     def _value(self, step: int, value: object) -> None:
         tag = value.tag
-        known = self.plugins.get(tag)
-        if known is None and value.HasField("metadata"):
+        if value.HasField("metadata"):
             data = value.metadata.plugin_data
             known = self.plugins[tag] = (data.plugin_name, data.content)
+        else:
+            known = self.plugins.get(tag)
         plugin, content = known or ("", b"")
         if plugin == "scalars":  # the fast path: the value's 4 bytes, kept
             tensor = value.tensor
@@ -178,9 +181,16 @@ class _FileReader:
             self._tensor(tag, step, value.tensor, plugin, content)
 
     def _hand_over(self, tag: str) -> None:
-        steps, numbers = self.floats.pop(tag)
-        values = np.frombuffer(b"".join(numbers), "<f4").astype(np.float64)
-        self.accumulator.add_scalars(tag, np.array(steps, np.int64), values)
+        """Hands over the pending values of `tag` and of its siblings (the
+        tags that differ in their last segment: a layer's variables)
+        together, so that each keeps the others' peaks (`series.Peaks`)."""
+        group = tag.rsplit("/", 1)[0]
+        batches = {}
+        for name in [t for t in self.floats if t.rsplit("/", 1)[0] == group]:
+            steps, numbers = self.floats.pop(name)
+            values = np.frombuffer(b"".join(numbers), "<f4").astype(np.float64)
+            batches[name] = (np.array(steps, np.int64), values)
+        self.accumulator.add_scalar_batches(batches)
 
     def _tensor(
         self, tag: str, step: int, tensor: object, plugin: str, content: bytes
@@ -199,8 +209,9 @@ def load_run(path: str, name: str, max_points: int | None = MAX_POINTS) -> Run:
     Event files are read in name order (their names start with the time
     they were created). Each scalar tag keeps at most `max_points` points
     (None: all) beside exact aggregates (`series.Series`); a step written
-    twice keeps its last value among the kept points, and its first in the
-    aggregates when the two were read far apart (a resumed run).
+    twice keeps its last value among the kept points and in `last`, and its
+    first in the other aggregates when the two were read far apart (a
+    resumed run; `Series.rewritten`, named in `Run.unread_notes`).
 
     Example:
 

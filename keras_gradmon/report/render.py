@@ -18,6 +18,8 @@ import dataclasses
 import html
 import os
 import re
+from collections.abc import Callable
+from typing import Any
 
 from keras_gradmon.alerts.events import CRITICAL, WARNING
 from keras_gradmon.formatting import format_number
@@ -265,12 +267,28 @@ def rl_details(report: RLReport) -> list[str]:
 def rl_text(report: RLReport, max_alerts: int = 20) -> str:
     """One agent's RL details and alerts, for the console."""
     lines = [f"== {report.title} ==", *rl_details(report)]
-    lines.append(f"alerts ({len(report.alerts)}):" if report.alerts else "alerts: none")
-    shown = report.alerts[:max_alerts]
-    lines += [f"  {a.get('message', a.get('rule'))}" for a in shown]
-    if len(report.alerts) > max_alerts:
-        lines.append(f"  ... and {len(report.alerts) - max_alerts} more (see the HTML)")
+    lines += alert_list(report, max_alerts, lambda a: a.get("message", a.get("rule")))
     return "\n".join(lines)
+
+
+def alert_list(report: Any, max_alerts: int, line: Callable[[dict], str]) -> list[str]:
+    """The console's list of a report's alerts: their exact number (`report.
+    counts`), the first `max_alerts` kept, and how many more and how many
+    of them were not kept (`alert_store.AlertStore`)."""
+    counts = report.counts
+    if not counts.total:
+        return ["alerts: none"]
+    shown = report.alerts[:max_alerts]
+    lines = [f"alerts ({counts.total:,}):", *(f"  {line(a)}" for a in shown)]
+    more = counts.total - len(shown)
+    if more > 0:
+        lines.append(f"  ... and {more:,} more (see the HTML)")
+    if counts.not_kept:
+        lines.append(
+            f"  ({counts.not_kept:,} alert record(s) not kept whole; the counts "
+            "and the timeline include them)"
+        )
+    return lines
 
 
 def _interval(ci: tuple[float, float]) -> str:
@@ -492,11 +510,7 @@ def timeline_lines(timeline: Timeline, max_incidents: int = 10) -> list[str]:
 def run_text(report: RunReport, max_alerts: int = 20) -> str:
     """One run's details, for the console."""
     lines = [f"== {report.title} ==", *run_details(report)]
-    lines.append(f"alerts ({len(report.alerts)}):" if report.alerts else "alerts: none")
-    for alert in report.alerts[:max_alerts]:
-        lines.append(f"  {alert_line(alert)}")
-    if len(report.alerts) > max_alerts:
-        lines.append(f"  ... and {len(report.alerts) - max_alerts} more (see the HTML)")
+    lines += alert_list(report, max_alerts, alert_line)
     lines += timeline_lines(report.timeline)
     if report.findings:
         lines.append("unhealthy layers:")
@@ -599,11 +613,19 @@ def _lines(lines: list[str]) -> str:
     return "<p>" + "<br>".join(html.escape(line) for line in lines) + "</p>"
 
 
-def _alerts(alerts: list[dict]) -> list[str]:
-    if not alerts:
+def _alerts(report: Any) -> list[str]:
+    counts = report.counts
+    if not counts.total:
         return []
-    parts = [f"<h3>Alerts ({len(alerts)})</h3><ul>"]
-    for alert in alerts:
+    parts = [f"<h3>Alerts ({counts.total:,})</h3>"]
+    if counts.not_kept:
+        parts.append(
+            f"<p>{counts.not_kept:,} alert record(s) not kept whole are left out "
+            "of this list (the first of each rule, subject and tier are "
+            "listed); the counts and the timeline include them.</p>"
+        )
+    parts.append("<ul>")
+    for alert in report.alerts:
         tier = html.escape(str(alert.get("tier", "")))
         parts.append(f"<li class='{tier}'>{html.escape(alert_line(alert))}</li>")
     return [*parts, "</ul>"]
@@ -620,7 +642,7 @@ def _timeline(timeline: Timeline) -> list[str]:
 
 def _gradient_section(report: RunReport, plots: dict[str, list[str]]) -> list[str]:
     parts = [f"<h2>{html.escape(report.title)}</h2>", _lines(run_details(report))]
-    parts += _alerts(report.alerts) + _timeline(report.timeline)
+    parts += _alerts(report) + _timeline(report.timeline)
     if report.findings:
         rows = [["layer", "problem", "reason"]] + [
             [f.layer, f.kind, f.reason] for f in report.findings
@@ -631,7 +653,7 @@ def _gradient_section(report: RunReport, plots: dict[str, list[str]]) -> list[st
 
 def _rl_section(report: RLReport, plots: dict[str, list[str]]) -> list[str]:
     parts = [f"<h2>{html.escape(report.title)}</h2>", _lines(rl_details(report))]
-    parts += _alerts(report.alerts) + _timeline(report.timeline)
+    parts += _alerts(report) + _timeline(report.timeline)
     return parts + [_image(path) for path in plots.get(report.title, [])]
 
 

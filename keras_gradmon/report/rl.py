@@ -31,7 +31,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from keras_gradmon.report.accumulator import Run
-from keras_gradmon.report.timeline import Timeline, alert_timeline
+from keras_gradmon.report.alert_store import AlertCounts, counts_of
+from keras_gradmon.report.timeline import Timeline
 from keras_gradmon.rl.tags import RL, is_rl_alert_scope, parse_rl_tag
 
 Statistic = Callable[[np.ndarray], np.ndarray]  # [reps, n] -> [reps]
@@ -123,6 +124,7 @@ class RLReport:
     scope: str | None
     series: dict[str, tuple[np.ndarray, np.ndarray]]
     alerts: list[dict]
+    alert_counts: AlertCounts | None = None
 
     @property
     def title(self) -> str:
@@ -151,13 +153,19 @@ class RLReport:
         last = self.last(name)
         return None if last is None else last[1]
 
+    @property
+    def counts(self) -> AlertCounts:
+        """Exact numbers over every alert record (`alerts` holds those kept
+        whole): `alert_counts`, else those of `alerts`."""
+        return self.alert_counts or counts_of(self.alerts)
+
     def alert_count(self, tier: str) -> int:
-        return sum(1 for a in self.alerts if a.get("tier") == tier)
+        return self.counts.tiers.get(tier, 0)
 
     @functools.cached_property
     def timeline(self) -> Timeline:
-        """The alerts grouped into incidents (`alert_timeline`)."""
-        return alert_timeline(self.alerts)
+        """The alerts grouped into incidents (`AlertCounts.timeline`)."""
+        return self.counts.timeline()
 
 
 def _scoped(run: Run) -> dict[str | None, dict[str, tuple[np.ndarray, np.ndarray]]]:
@@ -183,7 +191,8 @@ def analyze_rl(runs: Sequence[Run]) -> list[RLReport]:
         ):
             alert_scope = f"{RL}/{scope}" if scope else RL
             alerts = [a for a in run.alerts if a.get("scope") == alert_scope]
-            reports.append(RLReport(run.name, scope, series, alerts))
+            counts = run.alert_store.counts(alert_scope)
+            reports.append(RLReport(run.name, scope, series, alerts, counts))
     return reports
 
 

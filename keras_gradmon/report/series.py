@@ -8,7 +8,10 @@ the smallest power of two that leaves at most `max_points` of them. So
 the kept steps depend only on the series' points (not on the order of the
 files or of the reading), and two tags written at the same steps keep the
 same steps but for their highest points, which the report needs to combine
-tags step by step (a layer's norm from its variables' norms).
+tags step by step (a layer's norm from its variables' norms). Tags given
+one `Peaks` (the accumulator gives one to the tags that differ in their
+last segment only: a layer's variables) keep each other's highest points
+too, so that a layer's norm has its peak.
 
 The aggregates are exact over every point, whatever the bound: the number
 of points, the first and last step, the last value, the lowest and highest
@@ -16,6 +19,14 @@ finite value and the step of the highest, the number of non-finite values,
 the points "flagged" (above 0 or NaN: a non-finite count) and the first
 flagged step, and the steps each point covers since the one before
 (`alerts.rules.steps_covered`) with the mean weighted by them.
+
+A step written twice (a resumed run writes its steps again) reads as its
+later value, as TensorBoard shows the later attempt, in the kept points and
+in `last`. The other aggregates take the later value only where both come
+in one batch (`BATCH` points of a tag read together); a value at a step
+folded in an earlier batch (the values it replaces may be gone from the
+kept points) leaves them as they were: they hold the first value of that
+step, and `rewritten` counts such points (`Run.unread_notes` names them).
 """
 
 from __future__ import annotations
@@ -54,6 +65,38 @@ class Aggregates:
     weight: float = 0.0  # the steps the finite values cover
 
 
+class Peaks(dict):
+    """`{tag: step of its highest point}` of sibling series, each of which
+    keeps the points at these steps beside its own (see `Series`).
+
+    Example:
+
+    >>> peaks = Peaks()
+    >>> kernel, bias = Series(4, peaks, "k"), Series(4, peaks, "b")
+    >>> peaks.offer("k", np.arange(100), np.where(np.arange(100) == 50, 9.0, 1.0))
+    >>> kernel.extend(np.arange(100), np.where(np.arange(100) == 50, 9.0, 1.0))
+    >>> bias.extend(np.arange(100), np.ones(100))
+    >>> list(bias)
+    [0, 50, 64, 99]
+    """
+
+    def offer(self, tag: str, steps: np.ndarray, values: np.ndarray) -> None:
+        """Notes the highest finite point of a batch of `tag`'s points if
+        it beats the tag's noted one: called before any sibling folds the
+        batch's steps in (a point left out cannot come back)."""
+        finite = np.isfinite(values)
+        if not finite.any():
+            return
+        at = int(np.argmax(np.where(finite, values, -np.inf)))
+        high = self.get(tag)
+        if high is None or values[at] > high[1]:
+            self[tag] = (int(steps[at]), float(values[at]))
+
+    def steps(self) -> list[int]:
+        """The steps to keep."""
+        return [step for step, _ in self.values()]
+
+
 def _aggregate(name: str) -> property:
     def get(self: Series) -> object:
         self._fold()
@@ -67,7 +110,11 @@ class Series(Mapping[int, float]):
     `Mapping`), and the exact aggregates over all of them.
 
     Args:
-        max_points: The most points kept (at least 3), or None: all.
+        max_points: The most points kept (at least 3, and the siblings'
+            highest beside them), or None: all.
+        peaks: Shared with sibling series: the steps of their highest
+            points are kept too (`Peaks`).
+        name: This series' key in `peaks`.
 
     Example:
 
@@ -79,7 +126,12 @@ class Series(Mapping[int, float]):
     {0: 0.0, 64: 64.0, 99: 99.0}
     """
 
-    def __init__(self, max_points: int | None = MAX_POINTS) -> None:
+    def __init__(
+        self,
+        max_points: int | None = MAX_POINTS,
+        peaks: Peaks | None = None,
+        name: str = "",
+    ) -> None:
         if max_points is not None and (
             not isinstance(max_points, int) or max_points < 3
         ):
@@ -88,6 +140,7 @@ class Series(Mapping[int, float]):
                 f"Received: max_points={max_points!r}"
             )
         self.max_points = max_points
+        self._peaks, self._name = peaks, name
         self._pending: tuple[list[int], list[float]] = ([], [])
         self._steps = np.zeros(0, np.int64)
         self._values = np.zeros(0, np.float64)
@@ -183,13 +236,19 @@ class Series(Mapping[int, float]):
 
     def _rewrite(self, steps: np.ndarray, values: np.ndarray) -> None:
         """Points at steps already read (a resumed run writing them again):
-        they replace the kept points at those steps; the aggregates keep the
-        first value of each (counted in `rewritten`)."""
-        self._aggregates.rewritten += int(steps.size)
+        they replace the kept points at those steps, and `last` at its
+        step; the other aggregates keep the first value of each (counted in
+        `rewritten`)."""
+        a = self._aggregates
+        a.rewritten += int(steps.size)
         at = np.searchsorted(self._steps, steps)
         hit = at < self._steps.size
         hit[hit] = self._steps[at[hit]] == steps[hit]
         self._values[at[hit]] = values[hit]
+        if a.last is not None and steps[-1] == a.last[0]:
+            a.last = (a.last[0], float(values[-1]))
+            if math.isfinite(values[-1]):
+                a.last_finite = a.last
 
     def _aggregate(self, steps: np.ndarray, values: np.ndarray) -> None:
         a = self._aggregates
@@ -221,6 +280,9 @@ class Series(Mapping[int, float]):
         peak = int(np.argmax(values))
         if a.high_step is None or values[peak] > a.high:
             a.high, a.high_step = float(values[peak]), int(steps[peak])
+            if self._peaks is not None:
+                at = slice(peak, peak + 1)
+                self._peaks.offer(self._name, steps[at], values[at])
         low = float(values.min())
         a.low = low if math.isnan(a.low) else min(a.low, low)
 
@@ -231,14 +293,25 @@ class Series(Mapping[int, float]):
             while _firsts(steps[:-1] // self.width).size > self.max_points - 2:
                 self.width *= 2
             first = _firsts(steps[:-1] // self.width)
-            high = np.searchsorted(steps, self._aggregates.high_step or 0)
-            if high < steps.size and steps[high] == self._aggregates.high_step:
-                at = np.searchsorted(first, high)  # the highest point stays
-                if at == first.size or first[at] != high:
-                    first = np.insert(first, at, high)
+            pinned = self._pinned(steps)  # few: inserted where missing
+            at = np.searchsorted(first, pinned)
+            missing = first[np.minimum(at, first.size - 1)] != pinned
+            missing |= at == first.size
+            first = np.insert(first, at[missing], pinned[missing])
             first = np.append(first[first < steps.size - 1], steps.size - 1)
             steps, values = steps[first], values[first]
         self._steps, self._values = steps, values
+
+    def _pinned(self, steps: np.ndarray) -> np.ndarray:
+        """The indices in `steps` of the points kept whatever the width: the
+        highest, and the siblings' highest (`Peaks`)."""
+        high = self._aggregates.high_step
+        wanted = [] if high is None else [high]
+        if self._peaks is not None:
+            wanted += self._peaks.steps()
+        wanted = np.array(sorted(set(wanted)), np.int64)
+        at = np.minimum(np.searchsorted(steps, wanted), steps.size - 1)
+        return at[steps[at] == wanted]
 
 
 def _firsts(buckets: np.ndarray) -> np.ndarray:
