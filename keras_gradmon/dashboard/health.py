@@ -1,6 +1,9 @@
 """A run's health line and alert incidents on the dashboard: the verdict of
-`keras-gradmon report` (`keras_gradmon.report.analysis.analyze`), computed
-by the same code over the numbers the data provider serves.
+`keras-gradmon report`, computed by the same code over the numbers the data
+provider serves: a report per monitored optimizer
+(`keras_gradmon.report.analysis.analyze`) and one per RL health monitor
+(`keras_gradmon.report.rl.analyze_rl`: its `rl/...` signals and the alerts
+of its `rl[/<scope>]` tags).
 
 Example:
 
@@ -21,6 +24,8 @@ from keras_gradmon.dashboard.reading import Alerts, Grid, Listing, Source
 from keras_gradmon.formatting import format_number
 from keras_gradmon.report.accumulator import Run, RunAccumulator
 from keras_gradmon.report.analysis import RunReport, analyze
+from keras_gradmon.report.render import rl_details
+from keras_gradmon.report.rl import RLReport, analyze_rl
 
 
 def report_run(
@@ -71,34 +76,43 @@ def incident(item: Incident) -> dict[str, Any]:
     }
 
 
-def verdict(report: RunReport) -> tuple[str, str]:
+def verdict(report: RunReport | RLReport) -> tuple[str, str]:
     """`(status, line)`: "critical", "warning" or "ok", and the line the
-    report's summary table says in words (alerts, unhealthy layers).
+    report's summary table says in words: the alerts, and the unhealthy
+    layers of an optimizer's report or the final return of an RL report.
 
     Example:
 
     >>> from keras_gradmon.report.accumulator import Run
     >>> verdict(analyze([Run("r", {"grad_norm/global": {0: 1.0}}, [], [])])[0])
     ('ok', 'healthy: no alerts, no unhealthy layers')
+    >>> rl = Run("r", {"rl/episode/return_mean": {0: 12.5}}, [], [])
+    >>> verdict(analyze_rl([rl])[0])
+    ('ok', 'healthy: no RL alerts; final return 12.5')
     """
     critical, warning = report.alert_count(CRITICAL), report.alert_count(WARNING)
+    status = CRITICAL if critical else WARNING if warning else "ok"
+    alerts = f"{critical} critical and {warning} warning alert(s)"
+    if isinstance(report, RLReport):
+        parts = [alerts if critical or warning else "healthy: no RL alerts"]
+        if report.final_return is not None:
+            parts.append(f"final return {format_number(report.final_return)}")
+        return status, "; ".join(parts)
     layers = sorted({f"{f.layer} ({f.kind})" for f in report.findings})
     if not (critical or warning or layers):
         return "ok", "healthy: no alerts, no unhealthy layers"
-    parts = []
-    if critical or warning:
-        parts.append(f"{critical} critical and {warning} warning alert(s)")
+    parts = [alerts] if critical or warning else []
     parts.append(
         f"unhealthy layers: {', '.join(layers)}" if layers else "no unhealthy layers"
     )
-    status = CRITICAL if critical else WARNING
-    return status, "; ".join(parts)
+    return (status if status != "ok" else WARNING), "; ".join(parts)
 
 
 def _report(report: RunReport) -> dict[str, Any]:
     status, line = verdict(report)
     norm = report.norm
     return {
+        "kind": "gradients",
         "title": report.title,
         "scope": report.scope,
         "status": status,
@@ -110,6 +124,7 @@ def _report(report: RunReport) -> dict[str, Any]:
             f"{format_number(norm.max)} at step {norm.peak_step} ({norm.summaries} "
             f"summaries, steps {norm.first_step}-{norm.last_step})"
         ),
+        "details": [],
         "findings": [
             {"layer": f.layer, "kind": f.kind, "reason": f.reason}
             for f in report.findings
@@ -119,12 +134,31 @@ def _report(report: RunReport) -> dict[str, Any]:
     }
 
 
+def _rl_report(report: RLReport) -> dict[str, Any]:
+    """An RL health monitor's verdict, its signals' last values (the lines
+    of `keras-gradmon report`'s RL section) and its incidents."""
+    status, line = verdict(report)
+    return {
+        "kind": "rl",
+        "title": report.title,
+        "scope": report.scope,
+        "status": status,
+        "verdict": line,
+        "norm": None,
+        "details": rl_details(report),
+        "findings": [],
+        "caption": report.timeline.caption,
+        "incidents": [incident(i) for i in report.timeline.incidents],
+    }
+
+
 def health(run: Run) -> dict[str, Any]:
-    """The verdict of each monitored optimizer in `run`, and its incidents.
-    The report's own failure on data it did not expect is said, not raised:
-    the page shows what it could read."""
+    """The verdict of each monitored optimizer and each RL health monitor
+    in `run`, and their incidents. The report's own failure on data it did
+    not expect is said, not raised: the page shows what it could read."""
     try:
         reports = [_report(report) for report in analyze([run])]
+        reports += [_rl_report(report) for report in analyze_rl([run])]
     except Exception as error:
         return {
             "verdict": f"the report could not read this run: {type(error).__name__}: "

@@ -221,8 +221,31 @@ class GradmonPlugin(base_plugin.TBPlugin):
             unreadable_alerts=alerts.unreadable,
             unreadable_tables=grid.unreadable,
             steps=[grid.steps[0], grid.steps[-1]] if grid.steps else None,
+            nothing_to_draw=None
+            if grid.rows or found["reports"] or alerts.records
+            else nothing_to_draw(listing),
         )
         return found
+
+
+def nothing_to_draw(listing: reading.Listing) -> str:
+    """What the page says of a run without keras_gradmon data it can draw,
+    naming what the run holds instead.
+
+    Example:
+
+    >>> nothing_to_draw(reading.Listing(["epoch_loss"], []))  # doctest: +ELLIPSIS
+    'This run holds no keras_gradmon data the dashboard can draw (...); it holds 1 other scalar tag(s) (epoch_loss) and 0 histogram tag(s).'
+    """  # noqa: E501
+    more = ", ..." if len(listing.scalars) > 5 else ""
+    shown = ", ".join(listing.scalars[:5]) + more
+    return (
+        "This run holds no keras_gradmon data the dashboard can draw (no "
+        "per-variable numbers, no gradient norms, no RL health signals, no "
+        f"alerts); it holds {len(listing.scalars)} other scalar tag(s)"
+        + (f" ({shown})" if listing.scalars else "")
+        + f" and {len(listing.histograms)} histogram tag(s)."
+    )
 
 
 def _activations(

@@ -4,7 +4,6 @@ to fire), a copy of it under a hostile run name, and damaged runs."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 
@@ -55,8 +54,9 @@ def fit_logs(tmp_path_factory):
 @pytest.fixture(scope="session")
 def bad_logs(fit_logs, tmp_path_factory):
     """Runs `truncated` (the fit's table file cut inside its last record),
-    `nonfinite` (per-variable scalars NaN and +Inf at every step) and
-    `one_step` (one step of per-variable scalars)."""
+    `nonfinite` (per-variable scalars NaN and +Inf at every step),
+    `one_step` (one step of per-variable scalars) and `no_gradmon` (a
+    Keras loss curve only)."""
     log_dir = tmp_path_factory.mktemp("bad")
     source = fit_logs[0] / "fit"
     os.makedirs(log_dir / "truncated")
@@ -76,31 +76,5 @@ def bad_logs(fit_logs, tmp_path_factory):
         str(log_dir / "one_step"),
         {"grad_norm/global": {7: 2.0}, "grad_norm/dense/kernel": {7: 1.5}},
     )
+    write_simple_values(str(log_dir / "no_gradmon"), {"epoch_loss": {0: 1.0, 1: 0.5}})
     return log_dir
-
-
-def plugin_client(log_dir):
-    """A werkzeug client of TensorBoard's WSGI app serving the plugin over a
-    multiplexer of `log_dir`, sampled as the loader's `fix_flags` says."""
-    from tensorboard.backend import application
-    from tensorboard.backend.event_processing import data_provider
-    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
-    from tensorboard.plugins import base_plugin
-    from werkzeug.test import Client
-
-    from keras_gradmon.dashboard.plugin import GradmonLoader
-
-    flags = argparse.Namespace(samples_per_plugin={})
-    loader = GradmonLoader()
-    loader.fix_flags(flags)
-    multiplexer = pem.EventMultiplexer(tensor_size_guidance=flags.samples_per_plugin)
-    multiplexer.AddRunsFromDirectory(str(log_dir))
-    multiplexer.Reload()
-    provider = data_provider.MultiplexerDataProvider(multiplexer, str(log_dir))
-    context = base_plugin.TBContext(
-        data_provider=provider,
-        logdir=str(log_dir),
-        sampling_hints=flags.samples_per_plugin,
-    )
-    app = application.TensorBoardWSGI([loader.load(context)], data_provider=provider)
-    return Client(app)

@@ -14,7 +14,8 @@ import pytest
 
 from keras_gradmon.report.analysis import analyze
 from keras_gradmon.report.events import load_run
-from tests.dashboard.conftest import HOSTILE, STEPS, plugin_client
+from tests.dashboard.client import plugin_client
+from tests.dashboard.conftest import HOSTILE, STEPS
 from tests.reference import histogram_series, load_events, scalar_series
 
 PREFIX = "/data/plugin/keras_gradmon/"
@@ -173,6 +174,22 @@ def test_a_one_step_run(bad_client):
     code, health = _get(bad_client, "health", run="one_step")
     assert code == 200 and health["steps"] == [7, 7]
     assert "median 2" in health["reports"][0]["norm"]
+
+
+def test_a_run_without_keras_gradmon_data_says_so(bad_client):
+    code, health = _get(bad_client, "health", run="no_gradmon")
+    assert code == 200 and health["reports"] == [], health
+    assert health["nothing_to_draw"] == (
+        "This run holds no keras_gradmon data the dashboard can draw (no "
+        "per-variable numbers, no gradient norms, no RL health signals, no "
+        "alerts); it holds 1 other scalar tag(s) (epoch_loss) and 0 histogram "
+        "tag(s)."
+    )
+    code, heat = _get(bad_client, "heatmap", run="no_gradmon", metric="grad_norm")
+    assert code == 200 and heat["rows"] == [] and heat["source"] == ""
+    # A run with numbers to draw says nothing of the kind.
+    code, health = _get(bad_client, "health", run="one_step")
+    assert code == 200 and health["nothing_to_draw"] is None
 
 
 def test_the_page_files_are_served_from_the_package(client):

@@ -193,6 +193,7 @@ function healthLine(health) {
   box.append(el("span", { class: `badge status-${status}` }, status), el("span", { class: "verdict" }, health.verdict));
   for (const report of health.reports) {
     if (report.norm) box.append(el("div", { class: "norm" }, `${report.title}: ${report.norm}`));
+    for (const line of report.details || []) box.append(el("div", { class: "rl-detail" }, `${report.title}: ${line}`));
     for (const f of report.findings) {
       box.append(el("div", { class: "finding" }, `${f.layer}: ${f.kind}: ${f.reason}`));
     }
@@ -315,9 +316,14 @@ async function showRun(section, run, metric) {
     section.replaceChildren(el("h3", { class: "run-name" }, run), el("div", { class: "error" }, error.message));
     return;
   }
+  if (health.nothing_to_draw) {
+    // Said once, plainly, instead of an empty heatmap and health line.
+    section.replaceChildren(el("h3", { class: "run-name" }, run), el("div", { class: "nothing" }, health.nothing_to_draw));
+    return;
+  }
   const parts = [el("h3", { class: "run-name" }, run), healthLine(health)];
   if (!heat.rows.length || !heat.steps.length) {
-    parts.push(el("div", { class: "notes" }, "no per-variable numbers in this run"));
+    parts.push(el("div", { class: "notes no-heatmap" }, "no per-variable numbers in this run (no keras_gradmon/variables table, no per-variable scalars): no heatmap to draw"));
   } else {
     const map = drawHeatmap(heat, (variable) => showDetail(detail, run, variable));
     const incidents = health.reports.flatMap((r) => r.incidents);

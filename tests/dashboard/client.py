@@ -1,0 +1,44 @@
+"""The dashboard's routes through TensorBoard's own WSGI app over real
+event files, for the tests of every session (TensorFlow's, JAX's, the
+tf-agents one): no TensorFlow is imported here."""
+
+from __future__ import annotations
+
+import argparse
+import urllib.parse
+
+#: Where TensorBoard serves the plugin's routes.
+PREFIX = "/data/plugin/keras_gradmon/"
+
+
+def plugin_client(log_dir):
+    """A werkzeug client of TensorBoard's WSGI app serving the plugin over a
+    multiplexer of `log_dir`, sampled as the loader's `fix_flags` says."""
+    from tensorboard.backend import application
+    from tensorboard.backend.event_processing import data_provider
+    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
+    from tensorboard.plugins import base_plugin
+    from werkzeug.test import Client
+
+    from keras_gradmon.dashboard.plugin import GradmonLoader
+
+    flags = argparse.Namespace(samples_per_plugin={})
+    loader = GradmonLoader()
+    loader.fix_flags(flags)
+    multiplexer = pem.EventMultiplexer(tensor_size_guidance=flags.samples_per_plugin)
+    multiplexer.AddRunsFromDirectory(str(log_dir))
+    multiplexer.Reload()
+    provider = data_provider.MultiplexerDataProvider(multiplexer, str(log_dir))
+    context = base_plugin.TBContext(
+        data_provider=provider,
+        logdir=str(log_dir),
+        sampling_hints=flags.samples_per_plugin,
+    )
+    app = application.TensorBoardWSGI([loader.load(context)], data_provider=provider)
+    return Client(app)
+
+
+def get(client, route: str, **query: str) -> tuple[int, dict]:
+    """`(status code, JSON body)` of one route."""
+    response = client.get(PREFIX + route + "?" + urllib.parse.urlencode(query))
+    return response.status_code, response.get_json()
