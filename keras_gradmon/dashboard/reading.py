@@ -25,7 +25,7 @@ import numpy as np
 from tensorboard.data import provider as tb_provider
 
 from keras_gradmon.alerts.events import ALERT_LOG
-from keras_gradmon.alerts.log import decode_alerts
+from keras_gradmon.alerts.log import decode_alerts, merge_alerts
 from keras_gradmon.columns import GLOBAL, PLUGIN_NAME, Table, variable_statistic
 
 #: The per-variable numbers the heatmap can show, in menu order.
@@ -276,11 +276,12 @@ class Alerts:
     unreadable: int = 0
 
 
-def _legacy_alerts(tag: str, value: Any, alerts: Alerts) -> None:
+def _legacy_alerts(tag: str, value: Any, alerts: Alerts) -> list[dict]:
     """`alert_log/[<scope>/]all` of older logs: one JSON object per line.
     Today's logs hold a Markdown table there (their records are the
     `keras_gradmon/alerts` tensors): its lines are passed over."""
     scope = "/".join(tag.split("/")[1:-1]) or None
+    found = []
     for element in np.ravel(value):
         for line in _text(element).splitlines():
             if not line.lstrip().startswith("{"):
@@ -290,40 +291,33 @@ def _legacy_alerts(tag: str, value: Any, alerts: Alerts) -> None:
             except ValueError:
                 alert = None
             if isinstance(alert, dict):
-                alerts.records.append({**alert, "scope": scope})
+                found.append({**alert, "scope": scope})
             else:
                 alerts.unreadable += 1
+    return found
 
 
 def read_alerts(source: Source, run: str) -> Alerts:
     """The alerts of `run`: the `keras_gradmon/[<scope>/]alerts` records
-    and the legacy `alert_log/[<scope>/]all` texts."""
-    alerts = Alerts([])
+    and the legacy `alert_log/[<scope>/]all` texts, the events of a step
+    united as the report unites them (`merge_alerts`)."""
+    alerts, events = Alerts([]), []
     texts = [t for t in source.listed(TEXT, run) if t.split("/", 1)[0] == ALERT_LOG]
     for tag, data in source.tensors(TEXT, run, texts).items():
-        for datum in data:
-            _legacy_alerts(tag, datum.numpy, alerts)
+        events += [(d.step, _legacy_alerts(tag, d.numpy, alerts)) for d in data]
     records = {
         tag: series.plugin_content
         for tag, series in source.listed(PLUGIN_NAME, run).items()
         if content_kind(series.plugin_content) == "alerts"
     }
     for tag, data in source.tensors(PLUGIN_NAME, run, records).items():
-        # A step written twice: its last event holds every alert of it.
-        for datum in {datum.step: datum for datum in data}.values():
+        for datum in data:
             try:
-                alerts.records += decode_alerts(records[tag], datum.numpy)
+                events.append((datum.step, decode_alerts(records[tag], datum.numpy)))
             except (ValueError, TypeError, UnicodeDecodeError):
                 alerts.unreadable += 1
-    alerts.records.sort(key=_step_of)
+    alerts.records = merge_alerts(events)
     return alerts
-
-
-def _step_of(alert: dict) -> int:
-    try:
-        return int(alert.get("step", 0))
-    except (TypeError, ValueError):
-        return 0
 
 
 @dataclasses.dataclass(frozen=True)
