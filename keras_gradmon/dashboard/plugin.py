@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 import math
 from importlib import resources
 from typing import Any
@@ -36,6 +37,8 @@ from keras_gradmon.columns import PLUGIN_NAME
 from keras_gradmon.dashboard import reading
 from keras_gradmon.dashboard.health import health, report_run
 from keras_gradmon.report.analysis import layer_names, layer_of
+
+logger = logging.getLogger(__name__)
 
 #: Steps TensorBoard keeps per tag of the `keras_gradmon` plugin (and of the
 #: legacy `alert_log` texts) unless `--samples_per_plugin` says otherwise:
@@ -98,6 +101,32 @@ def checked_name(request: wrappers.Request, argument: str, known: Any) -> str:
     return value
 
 
+def answer(handler: Any, request: wrappers.Request, source: Any) -> tuple[str, int]:
+    """`(JSON text, status code)` of one route: its body, a 4xx error it
+    refused with, or a 500 naming any other exception (logged with its
+    traceback): never TensorBoard's HTML error page, which the page could
+    not read (section 5 of issue 32: never a server error page).
+
+    Example:
+
+    >>> def broken(request, source):
+    ...     raise RuntimeError("no such table")
+    >>> request = wrappers.Request.from_values("/heatmap?run=a")
+    >>> answer(broken, request, None)
+    ('{"error": "/heatmap?run=a failed: RuntimeError: no such table"}', 500)
+    """
+    try:
+        body, code = jsonable(handler(request, source)), 200
+        return json.dumps(body, allow_nan=False), code
+    except Refused as refused:
+        return json.dumps({"error": str(refused)}), refused.code
+    except Exception as error:  # every failure is answered, in JSON
+        where = request.full_path.rstrip("?")
+        logger.exception("keras_gradmon dashboard: %s failed", where)
+        message = f"{where} failed: {type(error).__name__}: {error}"
+        return json.dumps({"error": message}), 500
+
+
 class GradmonPlugin(base_plugin.TBPlugin):
     """The keras_gradmon dashboard (see the module docstring)."""
 
@@ -141,11 +170,7 @@ class GradmonPlugin(base_plugin.TBPlugin):
                 plugin_util.experiment_id(request.environ),
                 self._samples,
             )
-            try:
-                body, code = handler(request, source), 200
-            except Refused as refused:
-                body, code = {"error": str(refused)}, refused.code
-            text = json.dumps(jsonable(body), allow_nan=False)
+            text, code = answer(handler, request, source)
             return http_util.Respond(request, text, "application/json", code=code)
 
         return app

@@ -152,20 +152,6 @@ class Grid:
     unreadable: int = 0
 
 
-def _cell(table: Table, row: int, column: str) -> float | None:
-    """One number of a table: None where not recorded (a `grad_*` or update
-    ratio of a variable without a gradient)."""
-    if column not in table.columns:
-        return None
-    values, names = table.values, table.columns
-    needs_grad = (
-        column.startswith(("grad_", "update_ratio")) and "grad_present" in names
-    )
-    if needs_grad and not values[row, names.index("grad_present")] > 0:
-        return None
-    return float(values[row, names.index(column)])
-
-
 def _grid(
     cells: dict[tuple[str, str, int], float], rows: list[str], source: str
 ) -> Grid:
@@ -181,6 +167,10 @@ def _grid(
     return Grid(rows, steps, values, recorded, source)
 
 
+def _column(table: Table, name: str) -> int | None:
+    return table.columns.index(name) if name in table.columns else None
+
+
 def _table_grid(source: Source, run: str, contents: dict[str, bytes]) -> Grid:
     """The grid of the run's `Table` tensors (`contents`: each table tag's
     plugin content, the names)."""
@@ -192,13 +182,16 @@ def _table_grid(source: Source, run: str, contents: dict[str, bytes]) -> Grid:
             except ValueError:
                 unreadable += 1
                 continue
+            # The cells `Table.scalars` writes as tags, no other: the
+            # heatmap shows what the report reads.
+            kept, values = table.kept(), np.asarray(table.values, np.float64)
             for i, path in enumerate(table.rows):
                 key = f"{table.scope}/{path}" if table.scope else path
                 rows.setdefault(key, None)
                 for metric in METRICS:
-                    value = _cell(table, i, metric)
-                    if value is not None:
-                        cells[(metric, key, datum.step)] = value
+                    column = _column(table, metric)
+                    if column is not None and kept[i, column]:
+                        cells[(metric, key, datum.step)] = float(values[i, column])
             for name, number in table.scalars().items():
                 scalars.setdefault(name, {})[datum.step] = number
     grid = _grid(cells, list(rows), "table")

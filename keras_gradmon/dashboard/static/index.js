@@ -33,8 +33,14 @@ function svgEl(tag, attrs = {}) {
 async function getJson(path, params = {}) {
   const query = new URLSearchParams(params).toString();
   const response = await fetch(query ? `./${path}?${query}` : `./${path}`);
-  const body = await response.json();
-  if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
+  const text = await response.text();
+  let body;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    throw new Error(`${path}: HTTP ${response.status}, an answer that is not JSON`);
+  }
+  if (!response.ok) throw new Error(body.error || `${path}: HTTP ${response.status}`);
   return body;
 }
 
@@ -308,25 +314,24 @@ async function showDetail(target, run, variable) {
 async function showRun(section, run, metric) {
   section.replaceChildren(el("h3", { class: "run-name" }, run), el("div", { class: "notes" }, "loading..."));
   const detail = el("div", { class: "detail" });
-  let heat;
-  let health;
-  try {
-    [heat, health] = await Promise.all([getJson("heatmap", { run, metric }), getJson("health", { run })]);
-  } catch (error) {
-    section.replaceChildren(el("h3", { class: "run-name" }, run), el("div", { class: "error" }, error.message));
-    return;
-  }
-  if (health.nothing_to_draw) {
+  // Each part is drawn if it could be read; one that failed says so.
+  const [heatRead, healthRead] = await Promise.allSettled([getJson("heatmap", { run, metric }), getJson("health", { run })]);
+  const heat = heatRead.status === "fulfilled" ? heatRead.value : null;
+  const health = healthRead.status === "fulfilled" ? healthRead.value : null;
+  if (health && health.nothing_to_draw) {
     // Said once, plainly, instead of an empty heatmap and health line.
     section.replaceChildren(el("h3", { class: "run-name" }, run), el("div", { class: "nothing" }, health.nothing_to_draw));
     return;
   }
-  const parts = [el("h3", { class: "run-name" }, run), healthLine(health)];
-  if (!heat.rows.length || !heat.steps.length) {
+  const parts = [el("h3", { class: "run-name" }, run)];
+  parts.push(health ? healthLine(health) : el("div", { class: "error health-error" }, `Could not read the health line: ${healthRead.reason.message}`));
+  if (!heat) {
+    parts.push(el("div", { class: "error heatmap-error" }, `Could not read the heatmap: ${heatRead.reason.message}`));
+  } else if (!heat.rows.length || !heat.steps.length) {
     parts.push(el("div", { class: "notes no-heatmap" }, "no per-variable numbers in this run (no keras_gradmon/variables table, no per-variable scalars): no heatmap to draw"));
   } else {
     const map = drawHeatmap(heat, (variable) => showDetail(detail, run, variable));
-    const incidents = health.reports.flatMap((r) => r.incidents);
+    const incidents = health ? health.reports.flatMap((r) => r.incidents) : [];
     parts.push(
       el("div", { class: "notes" }, `${METRIC_NAMES[metric]}: ${heat.rows.length} variable(s) x ${heat.steps.length} step(s) (${heat.steps[0]} to ${heat.steps[heat.steps.length - 1]}), ${heat.nonfinite} non-finite, from ${heat.source}`),
       map.legend,
@@ -339,8 +344,9 @@ async function showRun(section, run, metric) {
     }
     if (!heat.metrics.includes(metric)) parts.push(el("div", { class: "notes" }, `this run records no ${METRIC_NAMES[metric]}`));
   }
-  if (heat.unreadable) parts.push(el("div", { class: "notes" }, `${heat.unreadable} unreadable table record(s) left out`));
-  parts.push(incidentTable(health), detail);
+  if (heat && heat.unreadable) parts.push(el("div", { class: "notes" }, `${heat.unreadable} unreadable table record(s) left out`));
+  if (health) parts.push(incidentTable(health));
+  parts.push(detail);
   section.replaceChildren(...parts);
 }
 
