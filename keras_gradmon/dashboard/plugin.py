@@ -44,8 +44,6 @@ logger = logging.getLogger(__name__)
 #: legacy `alert_log` texts) unless `--samples_per_plugin` says otherwise:
 #: the heatmap's columns and the alert records of a run.
 SAMPLES = 1000
-#: What a read asks for where the user set a plugin's samples to 0 ("all").
-_ALL = 2**31 - 1
 #: The page's files, by route.
 _STATIC = {
     "/index.js": ("index.js", "text/javascript"),
@@ -134,8 +132,8 @@ class GradmonPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._provider = context.data_provider
-        samples = (context.sampling_hints or {}).get(PLUGIN_NAME, SAMPLES)
-        self._samples = samples or _ALL
+        self._hints = dict(context.sampling_hints or {})
+        self._samples = self._hints.get(PLUGIN_NAME, SAMPLES) or reading.ALL
 
     def get_plugin_apps(self) -> dict[str, Any]:
         apps = {route: self._serve_static for route in _STATIC}
@@ -169,6 +167,7 @@ class GradmonPlugin(base_plugin.TBPlugin):
                 plugin_util.context(request.environ),
                 plugin_util.experiment_id(request.environ),
                 self._samples,
+                self._hints,
             )
             text, code = answer(handler, request, source)
             return http_util.Respond(request, text, "application/json", code=code)
@@ -205,9 +204,10 @@ class GradmonPlugin(base_plugin.TBPlugin):
             "source": grid.source,
             "unreadable": grid.unreadable,
             "recorded": int(present.sum()),
-            "nonfinite": int(np.sum(present & ~np.isfinite(grid.values[metric]))),
+            "nonfinite": grid.nonfinite(metric),
             "metrics": [m for m in reading.METRICS if grid.recorded[m].any()],
             "samples": self._samples,
+            "sample": reading.sample_note(source.sampled),
         }
 
     def _layer(self, request: wrappers.Request, source: reading.Source) -> dict:
@@ -245,10 +245,12 @@ class GradmonPlugin(base_plugin.TBPlugin):
             run=run,
             unreadable_alerts=alerts.unreadable,
             unreadable_tables=grid.unreadable,
+            nonfinite_cells=grid.nonfinite(),
             steps=[grid.steps[0], grid.steps[-1]] if grid.steps else None,
             nothing_to_draw=None
             if grid.rows or found["reports"] or alerts.records
             else nothing_to_draw(listing),
+            sample=reading.sample_note(source.sampled),
         )
         return found
 

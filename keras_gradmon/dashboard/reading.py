@@ -41,6 +41,33 @@ SCALARS, HISTOGRAMS, TEXT = "scalars", "histograms", "text"
 GRAD_HIST = "grad_hist"
 #: The start of the activation statistics' tags (`activation_<stat>/<layer>`).
 ACTIVATION = "activation_"
+#: Steps TensorBoard keeps per tag of a plugin that `--samples_per_plugin`
+#: does not name (its `data_ingester.DEFAULT_TENSOR_SIZE_GUIDANCE`; 10 for
+#: plugins not listed there).
+KEPT = {SCALARS: 1000, HISTOGRAMS: 500}
+KEPT_OTHERS = 10
+#: What a read asks for where a plugin's samples are 0 ("all").
+ALL = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampled:
+    """A tag read at TensorBoard's sampling bound, or whose last step (the
+    provider's `max_step`) was not read: the run may hold more steps.
+
+    Attributes:
+        plugin: The tag's plugin.
+        read: The steps read.
+        first: The first step read.
+        last: The last step of the tag (read or not).
+        bound: The most steps TensorBoard serves per tag of `plugin`.
+    """
+
+    plugin: str
+    read: int
+    first: int
+    last: int
+    bound: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +78,25 @@ class Source:
         provider: The `tensorboard.data.provider.DataProvider`.
         ctx: The request's `RequestContext`.
         experiment_id: The request's experiment.
-        samples: The most steps read per tag.
+        samples: The most steps read per tag of the `keras_gradmon` plugin.
+        hints: TensorBoard's `--samples_per_plugin` (`context.sampling_hints`):
+            the most steps kept per tag of the other plugins.
+        sampled: `{tag: Sampled}` of every tag read so far that may hold
+            more steps than were read.
     """
 
     provider: Any
     ctx: Any
     experiment_id: str
     samples: int
+    hints: dict[str, int] = dataclasses.field(default_factory=dict)
+    sampled: dict[str, Sampled] = dataclasses.field(default_factory=dict)
+
+    def bound(self, plugin: str) -> int:
+        """The most steps TensorBoard serves per tag of `plugin`."""
+        if plugin == PLUGIN_NAME:
+            return self.samples
+        return self.hints.get(plugin, KEPT.get(plugin, KEPT_OTHERS)) or ALL
 
     def runs(self) -> list[str]:
         """Every run name the provider lists."""
@@ -94,17 +133,26 @@ class Source:
         tags = list(tags)
         if not tags:
             return {}
+        bound = self.bound(plugin)
         found = reader(
             self.ctx,
             experiment_id=self.experiment_id,
             plugin_name=plugin,
-            downsample=self.samples,
+            downsample=bound,
             run_tag_filter=tb_provider.RunTagFilter(runs=[run], tags=tags),
         )
-        return {
+        read = {
             tag: sorted(data, key=lambda d: d.step)
             for tag, data in found.get(run, {}).items()
         }
+        listed = self.listed(plugin, run)
+        for tag, data in read.items():
+            top = getattr(listed.get(tag), "max_step", None)
+            last = data[-1].step if data else None
+            if data and (len(data) >= bound or (top is not None and top > last)):
+                top = last if top is None else max(top, last)
+                self.sampled[tag] = Sampled(plugin, len(data), data[0].step, top, bound)
+        return read
 
 
 def content_kind(content: bytes) -> str | None:
@@ -150,6 +198,14 @@ class Grid:
     source: str
     scalars: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
     unreadable: int = 0
+
+    def nonfinite(self, metric: str | None = None) -> int:
+        """How many numbers read are NaN or +-Inf (of `metric`, or of all)."""
+        metrics = [metric] if metric else METRICS
+        return sum(
+            int(np.sum(self.recorded[m] & ~np.isfinite(self.values[m])))
+            for m in metrics
+        )
 
 
 def _grid(
@@ -326,6 +382,35 @@ class Listing:
 
     scalars: list[str]
     histograms: list[str]
+
+
+def sample_note(sampled: dict[str, Sampled]) -> str | None:
+    """What the page says where tags may hold more steps than were read
+    (None: every step of every tag read was read).
+
+    Example:
+
+    >>> sample_note({"keras_gradmon/variables": Sampled(PLUGIN_NAME, 5, 0, 19, 5)})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    'A sample: 1 tag(s) were read at the most steps TensorBoard serves per tag,
+    and may hold more (keras_gradmon/variables: 5 steps read of steps 0 to 19;
+    TensorBoard serves 5 per tag of keras_gradmon, `--samples_per_plugin
+    keras_gradmon=N` to change it). The heatmap and the health line are of
+    the steps read: `keras-gradmon report <logdir>` reads every step for the
+    exact verdict.'
+    """
+    if not sampled:
+        return None
+    tag, first = next(iter(sampled.items()))
+    return (
+        f"A sample: {len(sampled)} tag(s) were read at the most steps "
+        "TensorBoard serves per tag, and may hold more "
+        f"({tag}: {first.read} steps read of steps {first.first} to {first.last}; "
+        f"TensorBoard serves {first.bound} per tag of {first.plugin}, "
+        f"`--samples_per_plugin {first.plugin}=N` to change it). The heatmap "
+        "and the health line are of the steps read: `keras-gradmon report "
+        "<logdir>` reads every step for the exact verdict."
+    )
 
 
 def listing(source: Source, run: str) -> Listing:

@@ -13,6 +13,7 @@ import pytest
 
 from keras_gradmon.report.analysis import analyze
 from keras_gradmon.report.events import load_run
+from keras_gradmon.report.render import run_details, summary_rows
 from tests.dashboard.client import plugin_client
 from tests.dashboard.conftest import HOSTILE, STEPS
 from tests.reference import histogram_series, load_events, scalar_series
@@ -111,6 +112,33 @@ def test_health_is_the_reports_verdict(client, fit_logs):
         assert got["worst"] == pytest.approx(want.worst.value)
         assert got["hint"] and got["text"]
     assert health["steps"] == [0, STEPS - 1]
+    # The report's own lines and comparison row: norm, clipping, skipped
+    # steps, signals, final loss, dropped steps.
+    assert served["details"] == run_details(report)
+    assert served["details"][0].startswith("global gradient norm: median")
+    header, row = summary_rows([report])
+    assert served["summary"] == dict(zip(header[1:], row[1:]))
+    assert served["summary"]["alerts W/C"] == (
+        f"{report.alert_count('warning')}/{report.alert_count('critical')}"
+    )
+    assert health["sample"] is None and health["unread"] == []
+
+
+def test_more_steps_than_tensorboard_serves_say_it_is_a_sample(fit_logs):
+    """`--samples_per_plugin keras_gradmon=5` on a run of 20 steps: 5 steps
+    read, and the heatmap and health line say they are a sample."""
+    sampled = plugin_client(fit_logs[0], {"keras_gradmon": 5})
+    code, heat = _get(sampled, "heatmap", run="fit", metric="grad_norm")
+    assert code == 200 and len(heat["steps"]) == 5 and heat["steps"][-1] == STEPS - 1
+    assert heat["sample"].startswith(
+        "A sample: 1 tag(s) were read at the most steps TensorBoard serves per "
+        f"tag, and may hold more (keras_gradmon/variables: 5 steps read of steps "
+        f"{heat['steps'][0]} to {STEPS - 1}; TensorBoard serves 5 per tag of "
+        "keras_gradmon"
+    )
+    assert "`keras-gradmon report <logdir>` reads every step" in heat["sample"]
+    code, health = _get(sampled, "health", run="fit")
+    assert code == 200 and health["sample"].startswith("A sample: 2 tag(s)")
 
 
 def test_runs_list_the_hostile_name_as_it_is(client):
@@ -158,7 +186,7 @@ def test_a_truncated_run_shows_what_was_read(bad_client, bad_logs, fit_logs):
     assert code == 200 and health["steps"] == [0, heat["steps"][-1]]
 
 
-def test_a_run_of_nonfinite_numbers_says_so(bad_client):
+def test_a_run_of_nonfinite_numbers_says_so(bad_client, bad_logs):
     code, heat = _get(bad_client, "heatmap", run="nonfinite", metric="grad_norm")
     assert code == 200, heat
     assert heat["source"] == "scalars" and heat["steps"] == [0, 1, 2, 3, 4]
@@ -168,7 +196,18 @@ def test_a_run_of_nonfinite_numbers_says_so(bad_client):
     code, layer = _get(bad_client, "layer", run="nonfinite", variable="dense/bias")
     assert code == 200 and layer["series"]["grad_norm"]["values"] == ["Infinity"] * 5
     code, health = _get(bad_client, "health", run="nonfinite")
-    assert code == 200 and health["reports"], health
+    assert code == 200, health
+    # The report's verdict on the same files, word for word: it reads no
+    # finite norm (and these old logs hold no `grad_nonfinite` count).
+    (report,) = analyze([load_run(str(bad_logs / "nonfinite"), "nonfinite")])
+    (served,) = health["reports"]
+    assert health["verdict"] == f"nonfinite: {served['verdict']}"
+    assert served["details"] == run_details(report) == []
+    assert (
+        served["summary"]["median norm"] == "-" == served["summary"]["max norm @ step"]
+    )
+    # What the report does not say, the dashboard does: 10 cells NaN or Inf.
+    assert health["nonfinite_cells"] == 10
 
 
 def test_a_route_that_fails_answers_json(bad_client):
@@ -195,7 +234,10 @@ def test_a_one_step_run(bad_client):
     assert heat["rows"] == ["dense/kernel"] and heat["values"] == [[1.5]]
     code, health = _get(bad_client, "health", run="one_step")
     assert code == 200 and health["steps"] == [7, 7]
-    assert "median 2" in health["reports"][0]["norm"]
+    assert health["reports"][0]["details"][0] == (
+        "global gradient norm: median 2, p99 2, max 2 at step 7 (1 summaries, "
+        "steps 7-7)"
+    )
 
 
 def test_a_run_without_keras_gradmon_data_says_so(bad_client):

@@ -198,8 +198,10 @@ function healthLine(health) {
     : health.reports.some((r) => r.status === "warning") ? "warning" : "ok";
   box.append(el("span", { class: `badge status-${status}` }, status), el("span", { class: "verdict" }, health.verdict));
   for (const report of health.reports) {
-    if (report.norm) box.append(el("div", { class: "norm" }, `${report.title}: ${report.norm}`));
-    for (const line of report.details || []) box.append(el("div", { class: "rl-detail" }, `${report.title}: ${line}`));
+    // The report's comparison-table row, then its lines (keras-gradmon report's own).
+    const summary = Object.entries(report.summary || {}).map(([k, v]) => `${k} ${v}`);
+    if (summary.length) box.append(el("div", { class: "summary" }, `${report.title}: ${summary.join(" | ")}`));
+    for (const line of report.details || []) box.append(el("div", { class: "detail-line" }, `${report.title}: ${line}`));
     for (const f of report.findings) {
       box.append(el("div", { class: "finding" }, `${f.layer}: ${f.kind}: ${f.reason}`));
     }
@@ -207,8 +209,11 @@ function healthLine(health) {
   const notes = [];
   if (health.steps) notes.push(`steps ${health.steps[0]} to ${health.steps[1]} read`);
   if (health.unreadable_tables) notes.push(`${health.unreadable_tables} unreadable table record(s) left out`);
+  if (health.nonfinite_cells) notes.push(`${health.nonfinite_cells} per-variable number(s) read are NaN or Inf (magenta on the heatmap)`);
   if (health.unreadable_alerts) notes.push(`${health.unreadable_alerts} unreadable alert record(s) left out`);
   if (notes.length) box.append(el("div", { class: "notes" }, notes.join("; ")));
+  for (const line of health.unread || []) box.append(el("div", { class: "notes" }, line));
+  if (health.sample) box.append(el("div", { class: "sample" }, health.sample));
   return box;
 }
 
@@ -325,6 +330,7 @@ async function showRun(section, run, metric) {
   }
   const parts = [el("h3", { class: "run-name" }, run)];
   parts.push(health ? healthLine(health) : el("div", { class: "error health-error" }, `Could not read the health line: ${healthRead.reason.message}`));
+  if (!health && heat && heat.sample) parts.push(el("div", { class: "sample" }, heat.sample));
   if (!heat) {
     parts.push(el("div", { class: "error heatmap-error" }, `Could not read the heatmap: ${heatRead.reason.message}`));
   } else if (!heat.rows.length || !heat.steps.length) {
