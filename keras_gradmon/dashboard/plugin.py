@@ -40,9 +40,9 @@ from keras_gradmon.report.analysis import layer_names, layer_of
 
 logger = logging.getLogger(__name__)
 
-#: Steps TensorBoard keeps per tag of the `keras_gradmon` plugin (and of the
-#: legacy `alert_log` texts) unless `--samples_per_plugin` says otherwise:
-#: the heatmap's columns and the alert records of a run.
+#: Steps TensorBoard keeps per tag of the `keras_gradmon` plugin unless
+#: `--samples_per_plugin` says otherwise: the heatmap's columns and the
+#: alert records of a run.
 SAMPLES = 1000
 #: The page's files, by route.
 _STATIC = {
@@ -148,7 +148,13 @@ class GradmonPlugin(base_plugin.TBPlugin):
         return apps
 
     def is_active(self) -> bool:
-        return False  # active where the provider lists `keras_gradmon` data
+        return False  # active by `data_plugin_names`, where data is listed
+
+    def data_plugin_names(self) -> tuple[str, ...]:
+        """The plugins whose data the dashboard reads: its tables and
+        alerts, and the scalars (old logs' per-variable numbers, the global
+        norms): TensorBoard enables the tab where a run holds either."""
+        return (PLUGIN_NAME, reading.SCALARS)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(es_module_path="/index.js")
@@ -302,9 +308,11 @@ def _activations(
 
 class GradmonLoader(base_plugin.TBLoader):
     """Loads `GradmonPlugin`, and has TensorBoard keep up to `SAMPLES` steps
-    per tag of the `keras_gradmon` plugin and of the text plugin (the legacy
-    `alert_log` records) where `--samples_per_plugin` names neither:
-    TensorBoard keeps 10 of a plugin it does not know.
+    per tag of the `keras_gradmon` plugin where `--samples_per_plugin` does
+    not name it: TensorBoard keeps 10 of a plugin it does not know. No
+    other plugin's sampling is changed (the legacy `alert_log` texts of old
+    logs keep the text plugin's 10 steps per tag unless
+    `--samples_per_plugin text=...` says more).
 
     Example:
 
@@ -313,6 +321,10 @@ class GradmonLoader(base_plugin.TBLoader):
     >>> GradmonLoader().fix_flags(flags)
     >>> flags.samples_per_plugin
     {'text': 50, 'keras_gradmon': 1000}
+    >>> flags = argparse.Namespace(samples_per_plugin="")
+    >>> GradmonLoader().fix_flags(flags)
+    >>> flags.samples_per_plugin
+    {'keras_gradmon': 1000}
     """
 
     def fix_flags(self, flags: Any) -> None:
@@ -321,8 +333,7 @@ class GradmonLoader(base_plugin.TBLoader):
             pairs = (p.split("=") for p in hints.split(",") if p.strip())
             hints = {k.strip(): int(v) for k, v in pairs}
         hints = dict(hints or {})
-        for plugin in (PLUGIN_NAME, reading.TEXT):
-            hints.setdefault(plugin, SAMPLES)
+        hints.setdefault(PLUGIN_NAME, SAMPLES)
         flags.samples_per_plugin = hints
 
     def load(self, context: base_plugin.TBContext) -> GradmonPlugin:

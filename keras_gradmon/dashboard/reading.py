@@ -26,7 +26,14 @@ from tensorboard.data import provider as tb_provider
 
 from keras_gradmon.alerts.events import ALERT_LOG
 from keras_gradmon.alerts.log import decode_alerts
-from keras_gradmon.columns import GLOBAL, PLUGIN_NAME, Table, variable_statistic
+from keras_gradmon.columns import (
+    GLOBAL,
+    PLUGIN_NAME,
+    Table,
+    monitor_scopes,
+    parse,
+    variable_statistic,
+)
 
 #: The per-variable numbers the heatmap can show, in menu order.
 METRICS: tuple[str, ...] = (
@@ -256,27 +263,33 @@ def _table_grid(source: Source, run: str, contents: dict[str, bytes]) -> Grid:
 
 
 def variable_keys(tags: Iterable[str]) -> list[str]:
-    """The variable keys of old logs' per-variable scalar tags: subjects of
-    a per-variable statistic, and `grad_norm` subjects holding a '/' (not
-    `global`, not a group).
+    """The variable keys of old logs' per-variable scalar tags, in the
+    order the tags are listed (model order, as written), as the report's
+    analysis tells them: under each monitor's scope (`grad_norm/[<scope>/]
+    global`), the subjects of a per-variable statistic, and the `grad_norm`
+    subjects holding a '/'; not `global`, not a group. A scoped key is
+    `<scope>/<path>`, as the tables' are.
 
     Example:
 
     >>> variable_keys(["grad_norm/global", "grad_norm/dense/kernel",
-    ...                "grad_norm/hidden", "grad_to_weight/hidden_b"])
-    ['dense/kernel', 'hidden_b']
+    ...                "grad_norm/hidden", "grad_to_weight/hidden_b",
+    ...                "grad_norm/critic/global", "grad_norm/critic/body",
+    ...                "grad_norm/critic/q/kernel"])
+    ['dense/kernel', 'hidden_b', 'critic/q/kernel']
     """
-    keys = {}
     tags = list(tags)
+    scopes = {s for s in monitor_scopes(tags) if s}
+    parsed = [parse(name, scopes) for name in tags]
     per_variable = {
-        t.partition("/")[2] for t in tags if variable_statistic(t.partition("/")[0])
+        (p.scope, p.subject) for p in parsed if variable_statistic(p.statistic)
     }
-    for name in tags:
-        statistic, _, subject = name.partition("/")
-        if statistic not in METRICS or subject == GLOBAL:
+    keys = {}
+    for p in parsed:
+        if p.statistic not in METRICS or p.subject == GLOBAL:
             continue
-        if subject in per_variable or "/" in subject:
-            keys.setdefault(subject, None)
+        if (p.scope, p.subject) in per_variable or "/" in p.subject:
+            keys.setdefault(f"{p.scope}/{p.subject}" if p.scope else p.subject, None)
     return list(keys)
 
 
@@ -350,8 +363,12 @@ def read_alerts(source: Source, run: str) -> Alerts:
     alerts = Alerts([])
     texts = [t for t in source.listed(TEXT, run) if t.split("/", 1)[0] == ALERT_LOG]
     for tag, data in source.tensors(TEXT, run, texts).items():
+        before = len(alerts.records) + alerts.unreadable
         for datum in data:
             _legacy_alerts(tag, datum.numpy, alerts)
+        if len(alerts.records) + alerts.unreadable == before:
+            # Today's Markdown texts: no record there, none missed either.
+            source.sampled.pop(tag, None)
     records = {
         tag: series.plugin_content
         for tag, series in source.listed(PLUGIN_NAME, run).items()
@@ -414,9 +431,10 @@ def sample_note(sampled: dict[str, Sampled]) -> str | None:
 
 
 def listing(source: Source, run: str) -> Listing:
-    """The run's scalar and histogram tags."""
+    """The run's scalar and histogram tags, in the provider's order (the
+    order they were first written: model order)."""
     return Listing(
-        sorted(source.listed(SCALARS, run)), sorted(source.listed(HISTOGRAMS, run))
+        list(source.listed(SCALARS, run)), list(source.listed(HISTOGRAMS, run))
     )
 
 

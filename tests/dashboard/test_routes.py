@@ -4,6 +4,7 @@ event files: numbers checked on TensorBoard's own reading of the files
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import urllib.parse
@@ -11,12 +12,14 @@ import urllib.parse
 import numpy as np
 import pytest
 
+from keras_gradmon.dashboard.plugin import GradmonLoader
 from keras_gradmon.report.analysis import analyze
 from keras_gradmon.report.events import load_run
 from keras_gradmon.report.render import run_details, summary_rows
 from tests.dashboard.client import plugin_client
 from tests.dashboard.conftest import HOSTILE, STEPS
 from tests.reference import histogram_series, load_events, scalar_series
+from tests.report.writers import write_simple_values
 
 PREFIX = "/data/plugin/keras_gradmon/"
 VARIABLES = ["mlp/hidden/kernel", "mlp/hidden/bias", "mlp/head/kernel", "mlp/head/bias"]
@@ -297,3 +300,35 @@ def test_the_entry_point_is_declared():
         ("keras_gradmon", "keras_gradmon.dashboard.plugin:GradmonLoader")
     ]
     assert points[0].load() is GradmonLoader
+
+
+def test_old_logs_rows_are_variables_in_model_order(tmp_path):
+    """Per-variable scalars without a table, an unscoped and a scoped
+    optimizer with groups: a row per variable in the order written (not
+    sorted), no `<scope>/global` or group row; the tab is enabled."""
+    series = {
+        "grad_norm/global": {0: 3.0, 1: 4.0},
+        "grad_norm/critic/global": {0: 5.0, 1: 6.0},
+        "grad_norm/critic/body": {0: 2.0, 1: 2.5},
+        "grad_norm/body": {0: 1.0, 1: 1.5},
+        "grad_norm/zeta/kernel": {0: 0.5, 1: 0.25},
+        "grad_norm/alpha/bias": {0: 0.0, 1: 0.0},
+        "grad_norm/critic/q/kernel": {0: 7.0, 1: 8.0},
+    }
+    write_simple_values(str(tmp_path / "old"), series)
+    old = plugin_client(tmp_path)
+    code, heat = _get(old, "heatmap", run="old", metric="grad_norm")
+    assert code == 200 and heat["source"] == "scalars", heat
+    assert heat["rows"] == ["zeta/kernel", "alpha/bias", "critic/q/kernel"]
+    assert heat["values"] == [[0.5, 0.25], [0.0, 0.0], [7.0, 8.0]]
+    listing = old.get("/data/plugins_listing").get_json()
+    assert listing["keras_gradmon"]["enabled"] is True
+
+
+def test_the_loader_samples_only_its_own_plugin():
+    flags = argparse.Namespace(samples_per_plugin="text=50, scalars=7")
+    GradmonLoader().fix_flags(flags)
+    assert flags.samples_per_plugin == {"text": 50, "scalars": 7, "keras_gradmon": 1000}
+    flags = argparse.Namespace(samples_per_plugin={})
+    GradmonLoader().fix_flags(flags)
+    assert flags.samples_per_plugin == {"keras_gradmon": 1000}  # text: TB's 10
