@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import urllib.parse
 
 import numpy as np
@@ -263,7 +264,15 @@ def test_the_page_files_are_served_from_the_package(client):
     script = client.get(PREFIX + "index.js")
     assert script.status_code == 200 and script.mimetype == "text/javascript"
     assert b"export async function render" in script.data
-    assert b"innerHTML" not in script.data  # names are set as text only
+    # Names are set as text only: no HTML parsed from strings, no handler
+    # attribute (`on...`) set, and `setAttribute` only in the one helper
+    # that refuses those.
+    for sink in (b"innerHTML", b"outerHTML", b"insertAdjacentHTML", b"document.write"):
+        assert sink not in script.data, sink
+    assert re.findall(rb"\bon[a-z]+\s*[:=]\s*[\"'`]", script.data) == []
+    assert re.findall(rb"[\"'`]on[a-z]+[\"'`]\s*:", script.data) == []
+    assert script.data.count(b"setAttribute(") == 1
+    assert b"if (/^on/i.test(k)) throw" in script.data
     assert client.get(PREFIX + "style.css").mimetype == "text/css"
     for text in (script.data, client.get(PREFIX + "style.css").data):
         assert b"http://" not in text.replace(b"http://www.w3.org/2000/svg", b"")
