@@ -96,7 +96,7 @@ def test_every_step_is_kept_on_both_data_paths(fit_logs, load_fast):
         assert (
             sum(i["count"] for r in health["reports"] for i in r["incidents"])
             == (fit_logs[1])
-        )  # every alert record (20 steps of alert_log texts) read
+        )  # every alert record (20 steps of keras_gradmon/alerts) read
     finally:
         _stop(process)
 
