@@ -412,7 +412,8 @@ class Table:
         """The table of a summary's plugin `content` and its tensor `values`.
 
         Raises:
-            ValueError: `content` is not a table's, or does not fit `values`.
+            ValueError: `content` is not a table's, or does not fit `values`,
+                or `values` are not numbers.
         """
         try:
             names = json.loads(content)
@@ -421,6 +422,8 @@ class Table:
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"not a keras_gradmon table: {content[:80]!r}") from error
         values = np.asarray(values)
+        if values.dtype.kind not in "biuf":
+            raise ValueError(f"a table holds {values.dtype} values, not numbers")
         if values.shape != (len(rows), len(columns)):
             raise ValueError(
                 f"a table of {len(rows)} rows and {len(columns)} columns holds "
@@ -428,27 +431,40 @@ class Table:
             )
         return cls(rows, columns, values, scope)
 
+    def kept(self) -> np.ndarray:
+        """bool `[rows, columns]`: the numbers that are per-variable scalar
+        tags (what `scalars` holds, and what the report and the dashboard
+        read): not `grad_present`; the `grad_*` and update ratio columns
+        only where the variable had a gradient; the ratios only where
+        finite (a zero weight norm gives no ratio).
+
+        Example:
+
+        >>> Table(("w", "b"), ("grad_present", "grad_norm", "grad_to_weight"),
+        ...       np.float32([[1, 0.5, 0.1], [0, 0, np.inf]])).kept().tolist()
+        [[False, True, True], [False, False, False]]
+        """
+        values = np.asarray(self.values, dtype=np.float64)
+        columns = self.columns
+        keep = np.ones(values.shape, bool)
+        keep[:, [name == "grad_present" for name in columns]] = False
+        if "grad_present" in columns:
+            absent = ~(values[:, columns.index("grad_present")] > 0)
+            needs_grad = np.array([n.startswith(_NEEDS_GRAD) for n in columns], bool)
+            keep &= ~(absent[:, None] & needs_grad[None, :])
+        optional = np.array([n.startswith(_OPTIONAL) for n in columns], bool)
+        keep &= ~optional[None, :] | np.isfinite(values)
+        return keep
+
     def scalars(self) -> dict[str, float]:
         """`{tag: value}` of each number as a per-variable scalar tag (what
-        `per_variable_scalars=True` writes): the `grad_*` and update ratio
-        columns only where the variable had a gradient, the ratios only
-        where finite."""
+        `per_variable_scalars=True` writes): the numbers `kept` says."""
         values = np.asarray(self.values, dtype=np.float64)
-        present = np.ones(len(self.rows), bool)
-        if "grad_present" in self.columns:
-            present = values[:, self.columns.index("grad_present")] > 0
-        out = {}
-        for row, path in enumerate(self.rows):
-            for column, name in enumerate(self.columns):
-                value = values[row, column]
-                if name == "grad_present" or (
-                    name.startswith(_NEEDS_GRAD) and not present[row]
-                ):
-                    continue
-                if name.startswith(_OPTIONAL) and not math.isfinite(value):
-                    continue
-                out[tag(name, path, self.scope)] = float(value)
-        return out
+        rows, columns = np.nonzero(self.kept())  # row by row, as written
+        return {
+            tag(self.columns[c], self.rows[r], self.scope): float(values[r, c])
+            for r, c in zip(rows.tolist(), columns.tolist())
+        }
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,7 @@ from keras_gradmon.dashboard.reading import Alerts, Grid, Listing, Source
 from keras_gradmon.formatting import format_number
 from keras_gradmon.report.accumulator import Run, RunAccumulator
 from keras_gradmon.report.analysis import RunReport, analyze
-from keras_gradmon.report.render import rl_details
+from keras_gradmon.report.render import rl_details, run_details, summary_rows
 from keras_gradmon.report.rl import RLReport, analyze_rl
 
 
@@ -109,22 +109,20 @@ def verdict(report: RunReport | RLReport) -> tuple[str, str]:
 
 
 def _report(report: RunReport) -> dict[str, Any]:
+    """An optimizer's verdict, its row of the report's comparison table
+    (`summary_rows`: final loss, norms, clipped, skipped, alerts, unhealthy
+    layers) and its lines (`run_details`: norm, non-finite summaries,
+    clipping, skipped steps, signals, final loss, dropped steps)."""
     status, line = verdict(report)
-    norm = report.norm
+    header, row = summary_rows([report])
     return {
         "kind": "gradients",
         "title": report.title,
         "scope": report.scope,
         "status": status,
         "verdict": line,
-        "norm": None
-        if norm is None
-        else (
-            f"global gradient norm: median {format_number(norm.median)}, max "
-            f"{format_number(norm.max)} at step {norm.peak_step} ({norm.summaries} "
-            f"summaries, steps {norm.first_step}-{norm.last_step})"
-        ),
-        "details": [],
+        "summary": dict(zip(header[1:], row[1:])),
+        "details": run_details(report),
         "findings": [
             {"layer": f.layer, "kind": f.kind, "reason": f.reason}
             for f in report.findings
@@ -144,7 +142,7 @@ def _rl_report(report: RLReport) -> dict[str, Any]:
         "scope": report.scope,
         "status": status,
         "verdict": line,
-        "norm": None,
+        "summary": {},
         "details": rl_details(report),
         "findings": [],
         "caption": report.timeline.caption,
@@ -156,18 +154,17 @@ def health(run: Run) -> dict[str, Any]:
     """The verdict of each monitored optimizer and each RL health monitor
     in `run`, and their incidents. The report's own failure on data it did
     not expect is said, not raised: the page shows what it could read."""
+    found: dict[str, Any] = {"reports": [], "unread": run.unread_notes}
     try:
-        reports = [_report(report) for report in analyze([run])]
-        reports += [_rl_report(report) for report in analyze_rl([run])]
+        found["reports"] = [_report(report) for report in analyze([run])]
+        found["reports"] += [_rl_report(report) for report in analyze_rl([run])]
     except Exception as error:
-        return {
-            "verdict": f"the report could not read this run: {type(error).__name__}: "
-            f"{error}",
-            "reports": [],
-        }
-    if not reports:
-        return {"verdict": "no keras_gradmon numbers in this run", "reports": []}
-    return {
-        "verdict": "; ".join(f"{r['title']}: {r['verdict']}" for r in reports),
-        "reports": reports,
-    }
+        found["verdict"] = (
+            f"the report could not read this run: {type(error).__name__}: {error}"
+        )
+        return found
+    found["verdict"] = (
+        "; ".join(f"{r['title']}: {r['verdict']}" for r in found["reports"])
+        or "no keras_gradmon numbers in this run"
+    )
+    return found

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 import math
 from importlib import resources
 from typing import Any
@@ -37,12 +38,12 @@ from keras_gradmon.dashboard import reading
 from keras_gradmon.dashboard.health import health, report_run
 from keras_gradmon.report.analysis import layer_names, layer_of
 
-#: Steps TensorBoard keeps per tag of the `keras_gradmon` plugin (and of the
-#: legacy `alert_log` texts) unless `--samples_per_plugin` says otherwise:
-#: the heatmap's columns and the alert records of a run.
+logger = logging.getLogger(__name__)
+
+#: Steps TensorBoard keeps per tag of the `keras_gradmon` plugin unless
+#: `--samples_per_plugin` says otherwise: the heatmap's columns and the
+#: alert records of a run.
 SAMPLES = 1000
-#: What a read asks for where the user set a plugin's samples to 0 ("all").
-_ALL = 2**31 - 1
 #: The page's files, by route.
 _STATIC = {
     "/index.js": ("index.js", "text/javascript"),
@@ -98,6 +99,32 @@ def checked_name(request: wrappers.Request, argument: str, known: Any) -> str:
     return value
 
 
+def answer(handler: Any, request: wrappers.Request, source: Any) -> tuple[str, int]:
+    """`(JSON text, status code)` of one route: its body, a 4xx error it
+    refused with, or a 500 naming any other exception (logged with its
+    traceback): never TensorBoard's HTML error page, which the page could
+    not read (section 5 of issue 32: never a server error page).
+
+    Example:
+
+    >>> def broken(request, source):
+    ...     raise RuntimeError("no such table")
+    >>> request = wrappers.Request.from_values("/heatmap?run=a")
+    >>> answer(broken, request, None)
+    ('{"error": "/heatmap?run=a failed: RuntimeError: no such table"}', 500)
+    """
+    try:
+        body, code = jsonable(handler(request, source)), 200
+        return json.dumps(body, allow_nan=False), code
+    except Refused as refused:
+        return json.dumps({"error": str(refused)}), refused.code
+    except Exception as error:  # every failure is answered, in JSON
+        where = request.full_path.rstrip("?")
+        logger.exception("keras_gradmon dashboard: %s failed", where)
+        message = f"{where} failed: {type(error).__name__}: {error}"
+        return json.dumps({"error": message}), 500
+
+
 class GradmonPlugin(base_plugin.TBPlugin):
     """The keras_gradmon dashboard (see the module docstring)."""
 
@@ -105,8 +132,8 @@ class GradmonPlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._provider = context.data_provider
-        samples = (context.sampling_hints or {}).get(PLUGIN_NAME, SAMPLES)
-        self._samples = samples or _ALL
+        self._hints = dict(context.sampling_hints or {})
+        self._samples = self._hints.get(PLUGIN_NAME, SAMPLES) or reading.ALL
 
     def get_plugin_apps(self) -> dict[str, Any]:
         apps = {route: self._serve_static for route in _STATIC}
@@ -121,7 +148,13 @@ class GradmonPlugin(base_plugin.TBPlugin):
         return apps
 
     def is_active(self) -> bool:
-        return False  # active where the provider lists `keras_gradmon` data
+        return False  # active by `data_plugin_names`, where data is listed
+
+    def data_plugin_names(self) -> tuple[str, ...]:
+        """The plugins whose data the dashboard reads: its tables and
+        alerts, and the scalars (old logs' per-variable numbers, the global
+        norms): TensorBoard enables the tab where a run holds either."""
+        return (PLUGIN_NAME, reading.SCALARS)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(es_module_path="/index.js")
@@ -140,12 +173,9 @@ class GradmonPlugin(base_plugin.TBPlugin):
                 plugin_util.context(request.environ),
                 plugin_util.experiment_id(request.environ),
                 self._samples,
+                self._hints,
             )
-            try:
-                body, code = handler(request, source), 200
-            except Refused as refused:
-                body, code = {"error": str(refused)}, refused.code
-            text = json.dumps(jsonable(body), allow_nan=False)
+            text, code = answer(handler, request, source)
             return http_util.Respond(request, text, "application/json", code=code)
 
         return app
@@ -180,9 +210,10 @@ class GradmonPlugin(base_plugin.TBPlugin):
             "source": grid.source,
             "unreadable": grid.unreadable,
             "recorded": int(present.sum()),
-            "nonfinite": int(np.sum(present & ~np.isfinite(grid.values[metric]))),
+            "nonfinite": grid.nonfinite(metric),
             "metrics": [m for m in reading.METRICS if grid.recorded[m].any()],
             "samples": self._samples,
+            "sample": reading.sample_note(source.sampled),
         }
 
     def _layer(self, request: wrappers.Request, source: reading.Source) -> dict:
@@ -220,10 +251,12 @@ class GradmonPlugin(base_plugin.TBPlugin):
             run=run,
             unreadable_alerts=alerts.unreadable,
             unreadable_tables=grid.unreadable,
+            nonfinite_cells=grid.nonfinite(),
             steps=[grid.steps[0], grid.steps[-1]] if grid.steps else None,
             nothing_to_draw=None
             if grid.rows or found["reports"] or alerts.records
             else nothing_to_draw(listing),
+            sample=reading.sample_note(source.sampled),
         )
         return found
 
@@ -275,9 +308,11 @@ def _activations(
 
 class GradmonLoader(base_plugin.TBLoader):
     """Loads `GradmonPlugin`, and has TensorBoard keep up to `SAMPLES` steps
-    per tag of the `keras_gradmon` plugin and of the text plugin (the legacy
-    `alert_log` records) where `--samples_per_plugin` names neither:
-    TensorBoard keeps 10 of a plugin it does not know.
+    per tag of the `keras_gradmon` plugin where `--samples_per_plugin` does
+    not name it: TensorBoard keeps 10 of a plugin it does not know. No
+    other plugin's sampling is changed (the legacy `alert_log` texts of old
+    logs keep the text plugin's 10 steps per tag unless
+    `--samples_per_plugin text=...` says more).
 
     Example:
 
@@ -286,6 +321,10 @@ class GradmonLoader(base_plugin.TBLoader):
     >>> GradmonLoader().fix_flags(flags)
     >>> flags.samples_per_plugin
     {'text': 50, 'keras_gradmon': 1000}
+    >>> flags = argparse.Namespace(samples_per_plugin="")
+    >>> GradmonLoader().fix_flags(flags)
+    >>> flags.samples_per_plugin
+    {'keras_gradmon': 1000}
     """
 
     def fix_flags(self, flags: Any) -> None:
@@ -294,8 +333,7 @@ class GradmonLoader(base_plugin.TBLoader):
             pairs = (p.split("=") for p in hints.split(",") if p.strip())
             hints = {k.strip(): int(v) for k, v in pairs}
         hints = dict(hints or {})
-        for plugin in (PLUGIN_NAME, reading.TEXT):
-            hints.setdefault(plugin, SAMPLES)
+        hints.setdefault(PLUGIN_NAME, SAMPLES)
         flags.samples_per_plugin = hints
 
     def load(self, context: base_plugin.TBContext) -> GradmonPlugin:

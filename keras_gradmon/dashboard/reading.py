@@ -26,7 +26,14 @@ from tensorboard.data import provider as tb_provider
 
 from keras_gradmon.alerts.events import ALERT_LOG
 from keras_gradmon.alerts.log import decode_alerts, merge_alerts
-from keras_gradmon.columns import GLOBAL, PLUGIN_NAME, Table, variable_statistic
+from keras_gradmon.columns import (
+    GLOBAL,
+    PLUGIN_NAME,
+    Table,
+    monitor_scopes,
+    parse,
+    variable_statistic,
+)
 
 #: The per-variable numbers the heatmap can show, in menu order.
 METRICS: tuple[str, ...] = (
@@ -41,6 +48,33 @@ SCALARS, HISTOGRAMS, TEXT = "scalars", "histograms", "text"
 GRAD_HIST = "grad_hist"
 #: The start of the activation statistics' tags (`activation_<stat>/<layer>`).
 ACTIVATION = "activation_"
+#: Steps TensorBoard keeps per tag of a plugin that `--samples_per_plugin`
+#: does not name (its `data_ingester.DEFAULT_TENSOR_SIZE_GUIDANCE`; 10 for
+#: plugins not listed there).
+KEPT = {SCALARS: 1000, HISTOGRAMS: 500}
+KEPT_OTHERS = 10
+#: What a read asks for where a plugin's samples are 0 ("all").
+ALL = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampled:
+    """A tag read at TensorBoard's sampling bound, or whose last step (the
+    provider's `max_step`) was not read: the run may hold more steps.
+
+    Attributes:
+        plugin: The tag's plugin.
+        read: The steps read.
+        first: The first step read.
+        last: The last step of the tag (read or not).
+        bound: The most steps TensorBoard serves per tag of `plugin`.
+    """
+
+    plugin: str
+    read: int
+    first: int
+    last: int
+    bound: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +85,25 @@ class Source:
         provider: The `tensorboard.data.provider.DataProvider`.
         ctx: The request's `RequestContext`.
         experiment_id: The request's experiment.
-        samples: The most steps read per tag.
+        samples: The most steps read per tag of the `keras_gradmon` plugin.
+        hints: TensorBoard's `--samples_per_plugin` (`context.sampling_hints`):
+            the most steps kept per tag of the other plugins.
+        sampled: `{tag: Sampled}` of every tag read so far that may hold
+            more steps than were read.
     """
 
     provider: Any
     ctx: Any
     experiment_id: str
     samples: int
+    hints: dict[str, int] = dataclasses.field(default_factory=dict)
+    sampled: dict[str, Sampled] = dataclasses.field(default_factory=dict)
+
+    def bound(self, plugin: str) -> int:
+        """The most steps TensorBoard serves per tag of `plugin`."""
+        if plugin == PLUGIN_NAME:
+            return self.samples
+        return self.hints.get(plugin, KEPT.get(plugin, KEPT_OTHERS)) or ALL
 
     def runs(self) -> list[str]:
         """Every run name the provider lists."""
@@ -94,17 +140,26 @@ class Source:
         tags = list(tags)
         if not tags:
             return {}
+        bound = self.bound(plugin)
         found = reader(
             self.ctx,
             experiment_id=self.experiment_id,
             plugin_name=plugin,
-            downsample=self.samples,
+            downsample=bound,
             run_tag_filter=tb_provider.RunTagFilter(runs=[run], tags=tags),
         )
-        return {
+        read = {
             tag: sorted(data, key=lambda d: d.step)
             for tag, data in found.get(run, {}).items()
         }
+        listed = self.listed(plugin, run)
+        for tag, data in read.items():
+            top = getattr(listed.get(tag), "max_step", None)
+            last = data[-1].step if data else None
+            if data and (len(data) >= bound or (top is not None and top > last)):
+                top = last if top is None else max(top, last)
+                self.sampled[tag] = Sampled(plugin, len(data), data[0].step, top, bound)
+        return read
 
 
 def content_kind(content: bytes) -> str | None:
@@ -151,19 +206,13 @@ class Grid:
     scalars: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
     unreadable: int = 0
 
-
-def _cell(table: Table, row: int, column: str) -> float | None:
-    """One number of a table: None where not recorded (a `grad_*` or update
-    ratio of a variable without a gradient)."""
-    if column not in table.columns:
-        return None
-    values, names = table.values, table.columns
-    needs_grad = (
-        column.startswith(("grad_", "update_ratio")) and "grad_present" in names
-    )
-    if needs_grad and not values[row, names.index("grad_present")] > 0:
-        return None
-    return float(values[row, names.index(column)])
+    def nonfinite(self, metric: str | None = None) -> int:
+        """How many numbers read are NaN or +-Inf (of `metric`, or of all)."""
+        metrics = [metric] if metric else METRICS
+        return sum(
+            int(np.sum(self.recorded[m] & ~np.isfinite(self.values[m])))
+            for m in metrics
+        )
 
 
 def _grid(
@@ -181,6 +230,10 @@ def _grid(
     return Grid(rows, steps, values, recorded, source)
 
 
+def _column(table: Table, name: str) -> int | None:
+    return table.columns.index(name) if name in table.columns else None
+
+
 def _table_grid(source: Source, run: str, contents: dict[str, bytes]) -> Grid:
     """The grid of the run's `Table` tensors (`contents`: each table tag's
     plugin content, the names)."""
@@ -192,13 +245,16 @@ def _table_grid(source: Source, run: str, contents: dict[str, bytes]) -> Grid:
             except ValueError:
                 unreadable += 1
                 continue
+            # The cells `Table.scalars` writes as tags, no other: the
+            # heatmap shows what the report reads.
+            kept, values = table.kept(), np.asarray(table.values, np.float64)
             for i, path in enumerate(table.rows):
                 key = f"{table.scope}/{path}" if table.scope else path
                 rows.setdefault(key, None)
                 for metric in METRICS:
-                    value = _cell(table, i, metric)
-                    if value is not None:
-                        cells[(metric, key, datum.step)] = value
+                    column = _column(table, metric)
+                    if column is not None and kept[i, column]:
+                        cells[(metric, key, datum.step)] = float(values[i, column])
             for name, number in table.scalars().items():
                 scalars.setdefault(name, {})[datum.step] = number
     grid = _grid(cells, list(rows), "table")
@@ -207,27 +263,33 @@ def _table_grid(source: Source, run: str, contents: dict[str, bytes]) -> Grid:
 
 
 def variable_keys(tags: Iterable[str]) -> list[str]:
-    """The variable keys of old logs' per-variable scalar tags: subjects of
-    a per-variable statistic, and `grad_norm` subjects holding a '/' (not
-    `global`, not a group).
+    """The variable keys of old logs' per-variable scalar tags, in the
+    order the tags are listed (model order, as written), as the report's
+    analysis tells them: under each monitor's scope (`grad_norm/[<scope>/]
+    global`), the subjects of a per-variable statistic, and the `grad_norm`
+    subjects holding a '/'; not `global`, not a group. A scoped key is
+    `<scope>/<path>`, as the tables' are.
 
     Example:
 
     >>> variable_keys(["grad_norm/global", "grad_norm/dense/kernel",
-    ...                "grad_norm/hidden", "grad_to_weight/hidden_b"])
-    ['dense/kernel', 'hidden_b']
+    ...                "grad_norm/hidden", "grad_to_weight/hidden_b",
+    ...                "grad_norm/critic/global", "grad_norm/critic/body",
+    ...                "grad_norm/critic/q/kernel"])
+    ['dense/kernel', 'hidden_b', 'critic/q/kernel']
     """
-    keys = {}
     tags = list(tags)
+    scopes = {s for s in monitor_scopes(tags) if s}
+    parsed = [parse(name, scopes) for name in tags]
     per_variable = {
-        t.partition("/")[2] for t in tags if variable_statistic(t.partition("/")[0])
+        (p.scope, p.subject) for p in parsed if variable_statistic(p.statistic)
     }
-    for name in tags:
-        statistic, _, subject = name.partition("/")
-        if statistic not in METRICS or subject == GLOBAL:
+    keys = {}
+    for p in parsed:
+        if p.statistic not in METRICS or p.subject == GLOBAL:
             continue
-        if subject in per_variable or "/" in subject:
-            keys.setdefault(subject, None)
+        if (p.scope, p.subject) in per_variable or "/" in p.subject:
+            keys.setdefault(f"{p.scope}/{p.subject}" if p.scope else p.subject, None)
     return list(keys)
 
 
@@ -304,7 +366,13 @@ def read_alerts(source: Source, run: str) -> Alerts:
     alerts, events = Alerts([]), []
     texts = [t for t in source.listed(TEXT, run) if t.split("/", 1)[0] == ALERT_LOG]
     for tag, data in source.tensors(TEXT, run, texts).items():
-        events += [(d.step, _legacy_alerts(tag, d.numpy, alerts)) for d in data]
+        before = len(events) + alerts.unreadable
+        for datum in data:
+            found = _legacy_alerts(tag, datum.numpy, alerts)
+            events += [(datum.step, found)] if found else []
+        if len(events) + alerts.unreadable == before:
+            # Today's Markdown texts: no record there, none missed either.
+            source.sampled.pop(tag, None)
     records = {
         tag: series.plugin_content
         for tag, series in source.listed(PLUGIN_NAME, run).items()
@@ -329,10 +397,40 @@ class Listing:
     histograms: list[str]
 
 
+def sample_note(sampled: dict[str, Sampled]) -> str | None:
+    """What the page says where tags may hold more steps than were read
+    (None: every step of every tag read was read).
+
+    Example:
+
+    >>> sample_note({"keras_gradmon/variables": Sampled(PLUGIN_NAME, 5, 0, 19, 5)})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    'A sample: 1 tag(s) were read at the most steps TensorBoard serves per tag,
+    and may hold more (keras_gradmon/variables: 5 steps read of steps 0 to 19;
+    TensorBoard serves 5 per tag of keras_gradmon, `--samples_per_plugin
+    keras_gradmon=N` to change it). The heatmap and the health line are of
+    the steps read: `keras-gradmon report <logdir>` reads every step for the
+    exact verdict.'
+    """
+    if not sampled:
+        return None
+    tag, first = next(iter(sampled.items()))
+    return (
+        f"A sample: {len(sampled)} tag(s) were read at the most steps "
+        "TensorBoard serves per tag, and may hold more "
+        f"({tag}: {first.read} steps read of steps {first.first} to {first.last}; "
+        f"TensorBoard serves {first.bound} per tag of {first.plugin}, "
+        f"`--samples_per_plugin {first.plugin}=N` to change it). The heatmap "
+        "and the health line are of the steps read: `keras-gradmon report "
+        "<logdir>` reads every step for the exact verdict."
+    )
+
+
 def listing(source: Source, run: str) -> Listing:
-    """The run's scalar and histogram tags."""
+    """The run's scalar and histogram tags, in the provider's order (the
+    order they were first written: model order)."""
     return Listing(
-        sorted(source.listed(SCALARS, run)), sorted(source.listed(HISTOGRAMS, run))
+        list(source.listed(SCALARS, run)), list(source.listed(HISTOGRAMS, run))
     )
 
 

@@ -11,9 +11,10 @@ import urllib.parse
 PREFIX = "/data/plugin/keras_gradmon/"
 
 
-def plugin_client(log_dir):
+def plugin_client(log_dir, samples_per_plugin: dict[str, int] | None = None):
     """A werkzeug client of TensorBoard's WSGI app serving the plugin over a
-    multiplexer of `log_dir`, sampled as the loader's `fix_flags` says."""
+    multiplexer of `log_dir`, sampled as `--samples_per_plugin` (a dict)
+    and the loader's `fix_flags` say, as `tensorboard` itself does."""
     from tensorboard.backend import application
     from tensorboard.backend.event_processing import data_provider
     from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
@@ -22,10 +23,12 @@ def plugin_client(log_dir):
 
     from keras_gradmon.dashboard.plugin import GradmonLoader
 
-    flags = argparse.Namespace(samples_per_plugin={})
+    flags = argparse.Namespace(samples_per_plugin=dict(samples_per_plugin or {}))
     loader = GradmonLoader()
     loader.fix_flags(flags)
-    multiplexer = pem.EventMultiplexer(tensor_size_guidance=flags.samples_per_plugin)
+    # TensorBoard's defaults under the flags (`data_ingester` does the same).
+    sizes = {"scalars": 1000, "histograms": 500, **flags.samples_per_plugin}
+    multiplexer = pem.EventMultiplexer(tensor_size_guidance=sizes)
     multiplexer.AddRunsFromDirectory(str(log_dir))
     multiplexer.Reload()
     provider = data_provider.MultiplexerDataProvider(multiplexer, str(log_dir))

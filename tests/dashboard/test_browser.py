@@ -77,7 +77,7 @@ def test_every_step_is_kept_on_both_data_paths(fit_logs, load_fast):
         assert (
             sum(i["count"] for r in health["reports"] for i in r["incidents"])
             == (fit_logs[1])
-        )  # every alert record (20 steps of alert_log texts) read
+        )  # every alert record (20 steps of keras_gradmon/alerts) read
     finally:
         stop(process)
 
@@ -171,3 +171,70 @@ def _check_page(page) -> None:
     assert "Layer detail: mlp/hidden/kernel" in text
     assert "gradient histogram over time" in text and "activation std" in text
     assert detail.locator(".histogram-canvas").count() == 1
+
+
+def _chart_logs(log_dir) -> None:
+    """Run `vanish` (a kernel's norm falling to 0, its gradient histogram
+    exploding at the last step) and run `big` (norms near 1e3)."""
+    import numpy as np
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.plugins.histogram import summary_v2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from tests.report.writers import write_simple_values
+
+    kernel = {0: 1e-3, 1: 1e-5, 2: 0.0, 3: 0.0}
+    write_simple_values(
+        str(log_dir / "vanish"),
+        {"grad_norm/global": kernel, "grad_norm/dense/kernel": kernel},
+    )
+    writer = EventFileWriter(str(log_dir / "vanish"))
+    for step in range(12):
+        scale = 1e6 if step == 11 else 1.0
+        values = np.linspace(-scale, scale, 50)
+        summary = summary_v2.histogram_pb("grad_hist/dense/kernel", values, 10)
+        writer.add_event(event_pb2.Event(step=step, summary=summary))
+    writer.close()
+    write_simple_values(
+        str(log_dir / "big"),
+        {
+            "grad_norm/global": {0: 1e3, 1: 2e3},
+            "grad_norm/dense/kernel": {0: 1e3, 1: 2e3},
+        },
+    )
+
+
+def test_charts_say_zeros_outliers_and_one_scale(tmp_path):
+    """A vanishing kernel's zeros on the log axis' floor, said; a histogram
+    whose last step explodes keeps the others readable, said; the two runs
+    share one colour scale, its ends in both legends."""
+    sync_playwright = _playwright()
+    _chart_logs(tmp_path)
+    process, port = _serve(tmp_path, "false")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"http://127.0.0.1:{port}/#keras_gradmon")
+            frame = page.frame_locator("iframe")
+            frame.locator(".heatmap-canvas").nth(1).wait_for(timeout=60_000)
+            legends = frame.locator(".legend").all_text_contents()
+            assert len(legends) == 2 and legends[0] == legends[1], legends
+            assert "1.000e-5" in legends[0] and "2000" in legends[0]
+            assert "one scale for the 2 runs shown" in legends[0]
+            vanish = frame.locator(
+                "section.run", has=frame.locator("h3", has_text="vanish")
+            )
+            vanish.locator(".row-label", has_text="dense/kernel").click()
+            detail = vanish.locator(".detail")
+            detail.locator(".chart-svg path.line").first.wait_for(timeout=30_000)
+            assert "2 value(s) of 0 (drawn at the axis floor, marked)" in (
+                detail.locator(".zeros").text_content()
+            )
+            assert detail.locator(".chart-svg rect.zero").count() == 2
+            beyond = detail.locator(".beyond").text_content()
+            assert beyond.startswith("1 step(s) reach beyond the axis"), beyond
+            assert "value axis -1 to 1 " in detail.text_content()
+            browser.close()
+    finally:
+        stop(process)

@@ -4,19 +4,23 @@ event files: numbers checked on TensorBoard's own reading of the files
 
 from __future__ import annotations
 
+import argparse
 import json
-import math
 import os
+import re
 import urllib.parse
 
 import numpy as np
 import pytest
 
+from keras_gradmon.dashboard.plugin import GradmonLoader
 from keras_gradmon.report.analysis import analyze
 from keras_gradmon.report.events import load_run
+from keras_gradmon.report.render import run_details, summary_rows
 from tests.dashboard.client import plugin_client
 from tests.dashboard.conftest import HOSTILE, STEPS
 from tests.reference import histogram_series, load_events, scalar_series
+from tests.report.writers import write_simple_values
 
 PREFIX = "/data/plugin/keras_gradmon/"
 VARIABLES = ["mlp/hidden/kernel", "mlp/hidden/bias", "mlp/head/kernel", "mlp/head/bias"]
@@ -48,15 +52,20 @@ def test_heatmap_holds_every_step_of_the_table(client, events, metric):
     assert heat["rows"] == VARIABLES  # model order, not sorted
     assert heat["steps"] == list(range(STEPS))  # all 20, not TensorBoard's 10
     assert heat["source"] == "table" and heat["unreadable"] == 0
+    left_out = 0
     for row, cells in zip(heat["rows"], heat["values"]):
-        # The reference leaves out a ratio that is not finite (a weight
-        # norm of 0 at step 0): the heatmap shows it as such.
+        # The cells the report reads (`Table.scalars`), no other: a ratio
+        # that is not finite (a bias's weight norm of 0 at step 0) is left
+        # out there and shown as not recorded here.
         expected = scalar_series(events, f"{metric}/{row}")
         assert len(expected) >= STEPS - 1
-        got = {step: _number(v) for step, v in zip(heat["steps"], cells)}
-        finite = {step: v for step, v in got.items() if math.isfinite(v)}
-        assert finite == pytest.approx(expected, rel=1e-7), row
-        assert all(not math.isfinite(got[s]) for s in set(got) - set(expected))
+        got = {s: _number(v) for s, v in zip(heat["steps"], cells) if v is not None}
+        assert got == pytest.approx(expected, rel=1e-7), row
+        left_out += STEPS - len(expected)
+    assert heat["nonfinite"] == 0
+    assert heat["recorded"] == len(VARIABLES) * STEPS - left_out
+    if metric != "grad_norm":
+        assert left_out > 0  # the case this test is about is in the run
 
 
 def test_layer_detail_norms_histograms_and_activations(client, events):
@@ -107,6 +116,33 @@ def test_health_is_the_reports_verdict(client, fit_logs):
         assert got["worst"] == pytest.approx(want.worst.value)
         assert got["hint"] and got["text"]
     assert health["steps"] == [0, STEPS - 1]
+    # The report's own lines and comparison row: norm, clipping, skipped
+    # steps, signals, final loss, dropped steps.
+    assert served["details"] == run_details(report)
+    assert served["details"][0].startswith("global gradient norm: median")
+    header, row = summary_rows([report])
+    assert served["summary"] == dict(zip(header[1:], row[1:]))
+    assert served["summary"]["alerts W/C"] == (
+        f"{report.alert_count('warning')}/{report.alert_count('critical')}"
+    )
+    assert health["sample"] is None and health["unread"] == []
+
+
+def test_more_steps_than_tensorboard_serves_say_it_is_a_sample(fit_logs):
+    """`--samples_per_plugin keras_gradmon=5` on a run of 20 steps: 5 steps
+    read, and the heatmap and health line say they are a sample."""
+    sampled = plugin_client(fit_logs[0], {"keras_gradmon": 5})
+    code, heat = _get(sampled, "heatmap", run="fit", metric="grad_norm")
+    assert code == 200 and len(heat["steps"]) == 5 and heat["steps"][-1] == STEPS - 1
+    assert heat["sample"].startswith(
+        "A sample: 1 tag(s) were read at the most steps TensorBoard serves per "
+        f"tag, and may hold more (keras_gradmon/variables: 5 steps read of steps "
+        f"{heat['steps'][0]} to {STEPS - 1}; TensorBoard serves 5 per tag of "
+        "keras_gradmon"
+    )
+    assert "`keras-gradmon report <logdir>` reads every step" in heat["sample"]
+    code, health = _get(sampled, "health", run="fit")
+    assert code == 200 and health["sample"].startswith("A sample: 2 tag(s)")
 
 
 def test_runs_list_the_hostile_name_as_it_is(client):
@@ -154,7 +190,7 @@ def test_a_truncated_run_shows_what_was_read(bad_client, bad_logs, fit_logs):
     assert code == 200 and health["steps"] == [0, heat["steps"][-1]]
 
 
-def test_a_run_of_nonfinite_numbers_says_so(bad_client):
+def test_a_run_of_nonfinite_numbers_says_so(bad_client, bad_logs):
     code, heat = _get(bad_client, "heatmap", run="nonfinite", metric="grad_norm")
     assert code == 200, heat
     assert heat["source"] == "scalars" and heat["steps"] == [0, 1, 2, 3, 4]
@@ -164,7 +200,36 @@ def test_a_run_of_nonfinite_numbers_says_so(bad_client):
     code, layer = _get(bad_client, "layer", run="nonfinite", variable="dense/bias")
     assert code == 200 and layer["series"]["grad_norm"]["values"] == ["Infinity"] * 5
     code, health = _get(bad_client, "health", run="nonfinite")
-    assert code == 200 and health["reports"], health
+    assert code == 200, health
+    # The report's verdict on the same files, word for word: it reads no
+    # finite norm (and these old logs hold no `grad_nonfinite` count).
+    (report,) = analyze([load_run(str(bad_logs / "nonfinite"), "nonfinite")])
+    (served,) = health["reports"]
+    assert health["verdict"] == f"nonfinite: {served['verdict']}"
+    assert served["details"] == run_details(report) == []
+    assert (
+        served["summary"]["median norm"] == "-" == served["summary"]["max norm @ step"]
+    )
+    # What the report does not say, the dashboard does: 10 cells NaN or Inf.
+    assert health["nonfinite_cells"] == 10
+
+
+def test_a_route_that_fails_answers_json(bad_client):
+    """TensorBoard's own reader raises on a tensor of 3 bytes: the routes
+    that read it answer a JSON 500 naming the error, the others still work;
+    a table of strings is counted as unreadable."""
+    for route in ("heatmap", "health"):
+        code, body = _get(bad_client, route, run="short_tensor", metric="grad_norm")
+        assert code == 500, body
+        assert body["error"].startswith(f"/data/plugin/keras_gradmon/{route}?run=")
+        assert (
+            "ValueError: buffer size must be a multiple of element size"
+            in (body["error"])
+        )
+    code, runs = _get(bad_client, "runs")
+    assert code == 200 and "short_tensor" in runs["runs"]
+    code, heat = _get(bad_client, "heatmap", run="text_table", metric="grad_norm")
+    assert code == 200 and heat["unreadable"] == 1 and heat["rows"] == [], heat
 
 
 def test_a_one_step_run(bad_client):
@@ -173,7 +238,10 @@ def test_a_one_step_run(bad_client):
     assert heat["rows"] == ["dense/kernel"] and heat["values"] == [[1.5]]
     code, health = _get(bad_client, "health", run="one_step")
     assert code == 200 and health["steps"] == [7, 7]
-    assert "median 2" in health["reports"][0]["norm"]
+    assert health["reports"][0]["details"][0] == (
+        "global gradient norm: median 2, p99 2, max 2 at step 7 (1 summaries, "
+        "steps 7-7)"
+    )
 
 
 def test_a_run_without_keras_gradmon_data_says_so(bad_client):
@@ -196,7 +264,15 @@ def test_the_page_files_are_served_from_the_package(client):
     script = client.get(PREFIX + "index.js")
     assert script.status_code == 200 and script.mimetype == "text/javascript"
     assert b"export async function render" in script.data
-    assert b"innerHTML" not in script.data  # names are set as text only
+    # Names are set as text only: no HTML parsed from strings, no handler
+    # attribute (`on...`) set, and `setAttribute` only in the one helper
+    # that refuses those.
+    for sink in (b"innerHTML", b"outerHTML", b"insertAdjacentHTML", b"document.write"):
+        assert sink not in script.data, sink
+    assert re.findall(rb"\bon[a-z]+\s*[:=]\s*[\"'`]", script.data) == []
+    assert re.findall(rb"[\"'`]on[a-z]+[\"'`]\s*:", script.data) == []
+    assert script.data.count(b"setAttribute(") == 1
+    assert b"if (/^on/i.test(k)) throw" in script.data
     assert client.get(PREFIX + "style.css").mimetype == "text/css"
     for text in (script.data, client.get(PREFIX + "style.css").data):
         assert b"http://" not in text.replace(b"http://www.w3.org/2000/svg", b"")
@@ -233,3 +309,35 @@ def test_the_entry_point_is_declared():
         ("keras_gradmon", "keras_gradmon.dashboard.plugin:GradmonLoader")
     ]
     assert points[0].load() is GradmonLoader
+
+
+def test_old_logs_rows_are_variables_in_model_order(tmp_path):
+    """Per-variable scalars without a table, an unscoped and a scoped
+    optimizer with groups: a row per variable in the order written (not
+    sorted), no `<scope>/global` or group row; the tab is enabled."""
+    series = {
+        "grad_norm/global": {0: 3.0, 1: 4.0},
+        "grad_norm/critic/global": {0: 5.0, 1: 6.0},
+        "grad_norm/critic/body": {0: 2.0, 1: 2.5},
+        "grad_norm/body": {0: 1.0, 1: 1.5},
+        "grad_norm/zeta/kernel": {0: 0.5, 1: 0.25},
+        "grad_norm/alpha/bias": {0: 0.0, 1: 0.0},
+        "grad_norm/critic/q/kernel": {0: 7.0, 1: 8.0},
+    }
+    write_simple_values(str(tmp_path / "old"), series)
+    old = plugin_client(tmp_path)
+    code, heat = _get(old, "heatmap", run="old", metric="grad_norm")
+    assert code == 200 and heat["source"] == "scalars", heat
+    assert heat["rows"] == ["zeta/kernel", "alpha/bias", "critic/q/kernel"]
+    assert heat["values"] == [[0.5, 0.25], [0.0, 0.0], [7.0, 8.0]]
+    listing = old.get("/data/plugins_listing").get_json()
+    assert listing["keras_gradmon"]["enabled"] is True
+
+
+def test_the_loader_samples_only_its_own_plugin():
+    flags = argparse.Namespace(samples_per_plugin="text=50, scalars=7")
+    GradmonLoader().fix_flags(flags)
+    assert flags.samples_per_plugin == {"text": 50, "scalars": 7, "keras_gradmon": 1000}
+    flags = argparse.Namespace(samples_per_plugin={})
+    GradmonLoader().fix_flags(flags)
+    assert flags.samples_per_plugin == {"keras_gradmon": 1000}  # text: TB's 10

@@ -17,24 +17,39 @@ const ZERO = "rgb(20, 20, 20)";
 const CELL_H = 14;
 const SVG = "http://www.w3.org/2000/svg";
 
+// No event handler is ever an attribute (`on...`): handlers are functions
+// added with addEventListener, never text that could come from the logs.
+function setAttributes(node, attrs) {
+  for (const [k, v] of Object.entries(attrs)) {
+    if (/^on/i.test(k)) throw new Error(`refused attribute ${k}`);
+    node.setAttribute(k, String(v));
+  }
+}
+
 function el(tag, attrs = {}, text = null) {
   const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  setAttributes(node, attrs);
   if (text !== null) node.textContent = String(text);
   return node;
 }
 
 function svgEl(tag, attrs = {}) {
   const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  setAttributes(node, attrs);
   return node;
 }
 
 async function getJson(path, params = {}) {
   const query = new URLSearchParams(params).toString();
   const response = await fetch(query ? `./${path}?${query}` : `./${path}`);
-  const body = await response.json();
-  if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
+  const text = await response.text();
+  let body;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    throw new Error(`${path}: HTTP ${response.status}, an answer that is not JSON`);
+  }
+  if (!response.ok) throw new Error(body.error || `${path}: HTTP ${response.status}`);
   return body;
 }
 
@@ -81,7 +96,7 @@ function cellColor(v, range) {
   return rampColor(span > 0 ? (Math.log10(v) - range[0]) / span : 0.5);
 }
 
-function drawLegend(range) {
+function drawLegend(range, runs) {
   const legend = el("div", { class: "legend" });
   const bar = el("canvas", { width: 200, height: 12, class: "legend-bar" });
   const ctx = bar.getContext("2d");
@@ -91,7 +106,7 @@ function drawLegend(range) {
   }
   legend.append(el("span", {}, range ? fmt(10 ** range[0]) : "-"), bar);
   legend.append(el("span", {}, range ? fmt(10 ** range[1]) : "-"));
-  legend.append(el("span", {}, "(log scale)"));
+  legend.append(el("span", {}, runs > 1 ? `(log scale, one scale for the ${runs} runs shown)` : "(log scale)"));
   for (const [color, label] of [[ZERO, "zero"], [NONFINITE, "NaN/Inf"], [MISSING, "not recorded"]]) {
     const swatch = el("span", { class: "swatch" });
     swatch.style.background = color;
@@ -104,7 +119,8 @@ function cellWidth(steps) {
   return Math.max(2, Math.min(14, Math.floor(900 / Math.max(steps, 1))));
 }
 
-function drawHeatmap(data, onRow) {
+// `range`: the log10 range of the colour scale, shared by the runs shown.
+function drawHeatmap(data, onRow, range, runs) {
   const wrap = el("div", { class: "heatmap" });
   const labels = el("div", { class: "row-labels" });
   const width = cellWidth(data.steps.length);
@@ -114,7 +130,6 @@ function drawHeatmap(data, onRow) {
     height: Math.max(data.rows.length * CELL_H, 1),
   });
   const values = data.values.map((row) => row.map(asNumber));
-  const range = logRange(values.flat());
   const ctx = canvas.getContext("2d");
   values.forEach((row, r) => {
     row.forEach((v, c) => {
@@ -135,7 +150,7 @@ function drawHeatmap(data, onRow) {
   const right = el("div", { class: "heatmap-right" });
   right.append(canvas);
   wrap.append(labels, right);
-  return { node: wrap, legend: drawLegend(range), width, labels, right };
+  return { node: wrap, legend: drawLegend(range, runs), width, labels, right };
 }
 
 // Alerts as incidents on the heatmap's step axis: a bar per incident.
@@ -192,8 +207,10 @@ function healthLine(health) {
     : health.reports.some((r) => r.status === "warning") ? "warning" : "ok";
   box.append(el("span", { class: `badge status-${status}` }, status), el("span", { class: "verdict" }, health.verdict));
   for (const report of health.reports) {
-    if (report.norm) box.append(el("div", { class: "norm" }, `${report.title}: ${report.norm}`));
-    for (const line of report.details || []) box.append(el("div", { class: "rl-detail" }, `${report.title}: ${line}`));
+    // The report's comparison-table row, then its lines (keras-gradmon report's own).
+    const summary = Object.entries(report.summary || {}).map(([k, v]) => `${k} ${v}`);
+    if (summary.length) box.append(el("div", { class: "summary" }, `${report.title}: ${summary.join(" | ")}`));
+    for (const line of report.details || []) box.append(el("div", { class: "detail-line" }, `${report.title}: ${line}`));
     for (const f of report.findings) {
       box.append(el("div", { class: "finding" }, `${f.layer}: ${f.kind}: ${f.reason}`));
     }
@@ -201,13 +218,17 @@ function healthLine(health) {
   const notes = [];
   if (health.steps) notes.push(`steps ${health.steps[0]} to ${health.steps[1]} read`);
   if (health.unreadable_tables) notes.push(`${health.unreadable_tables} unreadable table record(s) left out`);
+  if (health.nonfinite_cells) notes.push(`${health.nonfinite_cells} per-variable number(s) read are NaN or Inf (magenta on the heatmap)`);
   if (health.unreadable_alerts) notes.push(`${health.unreadable_alerts} unreadable alert record(s) left out`);
   if (notes.length) box.append(el("div", { class: "notes" }, notes.join("; ")));
+  for (const line of health.unread || []) box.append(el("div", { class: "notes" }, line));
+  if (health.sample) box.append(el("div", { class: "sample" }, health.sample));
   return box;
 }
 
 // A line chart of {steps, values}; log y axis over the whole positive range
-// (no outlier clipping), non-finite points marked at the top.
+// (no outlier clipping), zeros drawn at the axis floor (a vanishing layer
+// shows as such), non-finite points marked at the top; each said below.
 function lineChart(title, series, log) {
   const w = 420;
   const h = 140;
@@ -216,7 +237,9 @@ function lineChart(title, series, log) {
   box.append(el("div", { class: "chart-title" }, title + (log ? " (log y)" : "")));
   const svg = svgEl("svg", { width: w, height: h, class: "chart-svg" });
   const points = series.steps.map((s, i) => [s, asNumber(series.values[i])]);
-  const usable = points.filter(([, v]) => Number.isFinite(v) && (!log || v > 0));
+  const finite = points.filter(([, v]) => Number.isFinite(v));
+  const usable = log ? finite.filter(([, v]) => v > 0) : finite;
+  const floored = log ? finite.filter(([, v]) => v <= 0) : [];
   const bad = points.filter(([, v]) => !Number.isFinite(v));
   const steps = series.steps.length ? series.steps : [0];
   const x0 = Math.min(...steps);
@@ -225,12 +248,17 @@ function lineChart(title, series, log) {
   const y0 = ys.length ? Math.min(...ys) : 0;
   const y1 = ys.length ? Math.max(...ys) : 1;
   const sx = (s) => pad + ((s - x0) / (x1 - x0 || 1)) * (w - pad - 10);
-  const sy = (y) => h - 20 - ((y - y0) / (y1 - y0 || 1)) * (h - 40);
+  // With zeros on a log axis, the floor (h - 22) lies below the positive range.
+  const bottom = floored.length ? h - 34 : h - 20;
+  const sy = (y) => bottom - ((y - y0) / (y1 - y0 || 1)) * (bottom - 20);
   svg.append(svgEl("rect", { x: pad, y: 10, width: w - pad - 10, height: h - 30, class: "frame" }));
-  if (usable.length) {
-    const d = usable.map(([s], i) => `${i ? "L" : "M"}${sx(s).toFixed(1)},${sy(ys[i]).toFixed(1)}`).join(" ");
+  // Zeros (and, on a log axis, negatives) sit on the floor, in the line.
+  const at = (v) => (log ? (v > 0 ? sy(Math.log10(v)) : h - 22) : sy(v));
+  if (finite.length) {
+    const d = finite.map(([s, v], i) => `${i ? "L" : "M"}${sx(s).toFixed(1)},${at(v).toFixed(1)}`).join(" ");
     svg.append(svgEl("path", { d, class: "line" }));
   }
+  for (const [s] of floored) svg.append(svgEl("rect", { x: sx(s) - 1, y: h - 25, width: 3, height: 6, class: "zero" }));
   for (const [s] of bad) svg.append(svgEl("rect", { x: sx(s) - 1, y: 10, width: 3, height: 6, class: "nonfinite" }));
   const label = (x, y, text, anchor) => {
     const t = svgEl("text", { x, y, "text-anchor": anchor, class: "axis" });
@@ -239,44 +267,70 @@ function lineChart(title, series, log) {
   };
   label(pad - 3, sy(y1) + 4, fmt(log ? 10 ** y1 : y1), "end");
   label(pad - 3, sy(y0) + 4, fmt(log ? 10 ** y0 : y0), "end");
+  if (floored.length) label(pad - 3, h - 18, "0", "end");
   label(pad, h - 4, String(x0), "start");
   label(w - 10, h - 4, String(x1), "end");
   box.append(svg);
   if (bad.length) box.append(el("div", { class: "notes" }, `${bad.length} non-finite value(s) (marked at the top)`));
-  if (!usable.length) box.append(el("div", { class: "notes" }, "no finite value to plot"));
+  if (floored.length) box.append(el("div", { class: "notes zeros" }, `${floored.length} value(s) of 0 (drawn at the axis floor, marked)`));
+  if (!finite.length) box.append(el("div", { class: "notes" }, "no finite value to plot"));
   return box;
 }
 
+// The `q` quantile of `values` (sorted copy, nearest rank).
+function quantile(values, q) {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.round(q * (sorted.length - 1))))];
+}
+
 // The gradient histogram over time: a column per step, buckets on a shared
-// value axis, darker where more elements fell.
+// value axis, darker where more elements fell. The axis is robust: from the
+// 10th percentile of the steps' lowest values to the 90th percentile of
+// their highest, so that one exploding step does not squash the others into
+// a pixel; buckets beyond it are drawn at its edge, their steps marked red
+// and counted in the legend.
 function histogramChart(histograms) {
   const box = el("div", { class: "chart" });
   box.append(el("div", { class: "chart-title" }, "gradient histogram over time"));
-  let low = Infinity;
-  let high = -Infinity;
-  for (const h of histograms) for (const [l, r] of h.buckets) { low = Math.min(low, l); high = Math.max(high, r); }
-  if (!Number.isFinite(low)) {
+  const spans = histograms.map((h) => {
+    const filled = h.buckets.filter((b) => b[2] > 0);
+    return filled.length ? [Math.min(...filled.map((b) => b[0])), Math.max(...filled.map((b) => b[1]))] : null;
+  });
+  const known = spans.filter((x) => x !== null);
+  if (!known.length) {
     box.append(el("div", { class: "notes" }, "no finite histogram bucket"));
     return box;
   }
+  let low = quantile(known.map((x) => x[0]), 0.1);
+  let high = quantile(known.map((x) => x[1]), 0.9);
+  if (!(high > low)) [low, high] = [Math.min(...known.map((x) => x[0])), Math.max(...known.map((x) => x[1]))];
   const w = Math.max(6, Math.min(24, Math.floor(420 / histograms.length)));
   const height = 120;
   const canvas = el("canvas", { class: "histogram-canvas", width: w * histograms.length, height });
   const ctx = canvas.getContext("2d");
   const span = high - low || 1;
+  const y = (v) => Math.min(height, Math.max(0, height - ((v - low) / span) * height));
+  let beyond = 0;
   histograms.forEach((h, i) => {
     const most = Math.max(1, ...h.buckets.map((b) => b[2]));
     for (const [l, r, count] of h.buckets) {
       if (count <= 0) continue;
-      const yTop = height - ((r - low) / span) * height;
-      const yBottom = height - ((l - low) / span) * height;
       ctx.fillStyle = rampColor(1 - count / most);
-      ctx.fillRect(i * w, yTop, w - 1, Math.max(yBottom - yTop, 1));
+      ctx.fillRect(i * w, y(r), w - 1, Math.max(y(l) - y(r), 1));
+    }
+    const out = spans[i];
+    if (out && (out[0] < low || out[1] > high)) {
+      beyond += 1;
+      ctx.fillStyle = "rgb(200, 30, 30)";
+      if (out[1] > high) ctx.fillRect(i * w, 0, w - 1, 3);
+      if (out[0] < low) ctx.fillRect(i * w, height - 3, w - 1, 3);
     }
   });
   box.append(canvas);
   const steps = histograms.map((h) => h.step);
-  box.append(el("div", { class: "notes" }, `steps ${steps[0]} to ${steps[steps.length - 1]}; values ${fmt(low)} to ${fmt(high)}`));
+  const all = [Math.min(...known.map((x) => x[0])), Math.max(...known.map((x) => x[1]))];
+  box.append(el("div", { class: "notes" }, `steps ${steps[0]} to ${steps[steps.length - 1]}; value axis ${fmt(low)} to ${fmt(high)} (10th percentile of the steps' lowest values to the 90th of their highest)`));
+  if (beyond) box.append(el("div", { class: "notes beyond" }, `${beyond} step(s) reach beyond the axis (values ${fmt(all[0])} to ${fmt(all[1])}): drawn at its edge, marked red`));
   const dropped = histograms.reduce((n, h) => n + h.dropped, 0);
   if (dropped) box.append(el("div", { class: "notes" }, `${dropped} non-finite bucket(s) left out`));
   return box;
@@ -305,28 +359,31 @@ async function showDetail(target, run, variable) {
   target.replaceChildren(...parts);
 }
 
-async function showRun(section, run, metric) {
-  section.replaceChildren(el("h3", { class: "run-name" }, run), el("div", { class: "notes" }, "loading..."));
+// Both parts of a run, each read on its own: one that fails is said, the
+// other is drawn.
+function readRun(run, metric) {
+  return Promise.allSettled([getJson("heatmap", { run, metric }), getJson("health", { run })]);
+}
+
+function showRun(section, run, metric, [heatRead, healthRead], range, runs) {
   const detail = el("div", { class: "detail" });
-  let heat;
-  let health;
-  try {
-    [heat, health] = await Promise.all([getJson("heatmap", { run, metric }), getJson("health", { run })]);
-  } catch (error) {
-    section.replaceChildren(el("h3", { class: "run-name" }, run), el("div", { class: "error" }, error.message));
-    return;
-  }
-  if (health.nothing_to_draw) {
+  const heat = heatRead.status === "fulfilled" ? heatRead.value : null;
+  const health = healthRead.status === "fulfilled" ? healthRead.value : null;
+  if (health && health.nothing_to_draw) {
     // Said once, plainly, instead of an empty heatmap and health line.
     section.replaceChildren(el("h3", { class: "run-name" }, run), el("div", { class: "nothing" }, health.nothing_to_draw));
     return;
   }
-  const parts = [el("h3", { class: "run-name" }, run), healthLine(health)];
-  if (!heat.rows.length || !heat.steps.length) {
+  const parts = [el("h3", { class: "run-name" }, run)];
+  parts.push(health ? healthLine(health) : el("div", { class: "error health-error" }, `Could not read the health line: ${healthRead.reason.message}`));
+  if (!health && heat && heat.sample) parts.push(el("div", { class: "sample" }, heat.sample));
+  if (!heat) {
+    parts.push(el("div", { class: "error heatmap-error" }, `Could not read the heatmap: ${heatRead.reason.message}`));
+  } else if (!heat.rows.length || !heat.steps.length) {
     parts.push(el("div", { class: "notes no-heatmap" }, "no per-variable numbers in this run (no keras_gradmon/variables table, no per-variable scalars): no heatmap to draw"));
   } else {
-    const map = drawHeatmap(heat, (variable) => showDetail(detail, run, variable));
-    const incidents = health.reports.flatMap((r) => r.incidents);
+    const map = drawHeatmap(heat, (variable) => showDetail(detail, run, variable), range, runs);
+    const incidents = health ? health.reports.flatMap((r) => r.incidents) : [];
     parts.push(
       el("div", { class: "notes" }, `${METRIC_NAMES[metric]}: ${heat.rows.length} variable(s) x ${heat.steps.length} step(s) (${heat.steps[0]} to ${heat.steps[heat.steps.length - 1]}), ${heat.nonfinite} non-finite, from ${heat.source}`),
       map.legend,
@@ -339,8 +396,9 @@ async function showRun(section, run, metric) {
     }
     if (!heat.metrics.includes(metric)) parts.push(el("div", { class: "notes" }, `this run records no ${METRIC_NAMES[metric]}`));
   }
-  if (heat.unreadable) parts.push(el("div", { class: "notes" }, `${heat.unreadable} unreadable table record(s) left out`));
-  parts.push(incidentTable(health), detail);
+  if (heat && heat.unreadable) parts.push(el("div", { class: "notes" }, `${heat.unreadable} unreadable table record(s) left out`));
+  if (health) parts.push(incidentTable(health));
+  parts.push(detail);
   section.replaceChildren(...parts);
 }
 
@@ -364,14 +422,20 @@ export async function render() {
     return;
   }
   if (!runs.length) runsBox.append(el("div", { class: "notes" }, "no runs"));
-  const refresh = () => {
-    runsBox.replaceChildren();
-    for (const box of runList.querySelectorAll("input")) {
-      if (!box.checked) continue;
-      const section = el("section", { class: "run" });
-      runsBox.append(section);
-      showRun(section, box.value, metricSelect.value);
-    }
+  let shown = 0;
+  const refresh = async () => {
+    const generation = ++shown;
+    const metric = metricSelect.value;
+    const chosen = [...runList.querySelectorAll("input")].filter((box) => box.checked).map((box) => box.value);
+    const sections = chosen.map((run) => el("section", { class: "run" }, null));
+    sections.forEach((section, i) => section.append(el("h3", { class: "run-name" }, chosen[i]), el("div", { class: "notes" }, "loading...")));
+    runsBox.replaceChildren(...sections);
+    const reads = await Promise.all(chosen.map((run) => readRun(run, metric)));
+    if (generation !== shown) return; // a newer choice is being drawn
+    // One colour scale for every run shown, so that runs compare.
+    const heats = reads.filter(([h]) => h.status === "fulfilled").map(([h]) => h.value);
+    const range = logRange(heats.flatMap((h) => h.values.flat().map(asNumber)));
+    chosen.forEach((run, i) => showRun(sections[i], run, metric, reads[i], range, heats.length));
   };
   for (const run of runs) {
     const label = el("label", { class: "run-choice" });
