@@ -45,3 +45,35 @@ def get(client, route: str, **query: str) -> tuple[int, dict]:
     """`(status code, JSON body)` of one route."""
     response = client.get(PREFIX + route + "?" + urllib.parse.urlencode(query))
     return response.status_code, response.get_json()
+
+
+def alerting_fit(log_dir: str, samples: int, every: int, epochs: int) -> int:
+    """A monitored `fit` of a tiny MLP, batches of 16: statistics every
+    step, histograms and activations every `every` steps, and a threshold
+    rule under the run's gradient norms, so that alerts fire. Returns how
+    many fired."""
+    import keras
+
+    from keras_gradmon import (
+        ActivationMonitorCallback,
+        GradientMonitorCallback,
+        GradientMonitorOptimizer,
+    )
+    from keras_gradmon.alerts import ThresholdRule
+    from keras_gradmon.alerts.delivery import AlertOptions
+    from tests.helpers import LOSS, data, mlp
+
+    x, y = data(samples)
+    model = mlp()
+    optimizer = GradientMonitorOptimizer(
+        keras.optimizers.SGD(0.1), every_n_steps=1, histogram_every_n_steps=every
+    )
+    model.compile(optimizer, LOSS)
+    rule = ThresholdRule(warning=0.5, critical=1.0, critical_patience=1)
+    alerts = GradientMonitorCallback(log_dir, alerts=AlertOptions(rules=[rule]))
+    probe = x[:32]
+    activations = ActivationMonitorCallback(probe, log_dir=log_dir, every_n_steps=every)
+    model.fit(
+        x, y, batch_size=16, epochs=epochs, verbose=0, callbacks=[alerts, activations]
+    )
+    return len(alerts.alerts)

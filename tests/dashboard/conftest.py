@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from tests.dashboard.client import alerting_fit
 from tests.report.writers import write_simple_values
 
 #: The run named to break a page that writes names as HTML.
@@ -17,37 +18,11 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 STEPS = 20
 
 
-def _fit(log_dir: str) -> int:
-    import keras
-
-    from keras_gradmon import (
-        ActivationMonitorCallback,
-        GradientMonitorCallback,
-        GradientMonitorOptimizer,
-    )
-    from keras_gradmon.alerts import ThresholdRule
-    from keras_gradmon.alerts.delivery import AlertOptions
-    from tests.helpers import LOSS, data, mlp
-
-    x, y = data(64)
-    model = mlp()
-    optimizer = GradientMonitorOptimizer(
-        keras.optimizers.SGD(0.1), every_n_steps=1, histogram_every_n_steps=5
-    )
-    model.compile(optimizer, LOSS)
-    # The injected fault: a threshold under the run's gradient norms.
-    rule = ThresholdRule(warning=0.5, critical=1.0, critical_patience=1)
-    alerts = GradientMonitorCallback(log_dir, alerts=AlertOptions(rules=[rule]))
-    activations = ActivationMonitorCallback(x[:32], log_dir=log_dir, every_n_steps=5)
-    model.fit(x, y, batch_size=16, epochs=5, verbose=0, callbacks=[alerts, activations])
-    return len(alerts.alerts)
-
-
 @pytest.fixture(scope="session")
 def fit_logs(tmp_path_factory):
     """`(log_dir, alerts fired)`: run `fit` and its copy named `HOSTILE`."""
     log_dir = tmp_path_factory.mktemp("dashboard")
-    fired = _fit(str(log_dir / "fit"))
+    fired = alerting_fit(str(log_dir / "fit"), 64, every=5, epochs=5)
     shutil.copytree(log_dir / "fit", log_dir / HOSTILE)
     return log_dir, fired
 

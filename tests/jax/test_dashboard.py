@@ -12,7 +12,7 @@ import pytest
 
 from keras_gradmon.report.analysis import analyze
 from keras_gradmon.report.events import load_run
-from tests.dashboard.client import get, plugin_client
+from tests.dashboard.client import alerting_fit, get, plugin_client
 from tests.jax.processes import run_python
 from tests.jax.test_no_tensorflow import _BLOCKED
 from tests.reference import histogram_series, load_events, scalar_series
@@ -21,38 +21,11 @@ STEPS = 12
 VARIABLES = ["mlp/hidden/kernel", "mlp/hidden/bias", "mlp/head/kernel", "mlp/head/bias"]
 
 
-def _fit(log_dir: str) -> int:
-    """A monitored `fit` (every step, histograms and activations every 4
-    steps, a threshold low enough to fire); the alerts fired."""
-    import keras
-
-    from keras_gradmon import (
-        ActivationMonitorCallback,
-        GradientMonitorCallback,
-        GradientMonitorOptimizer,
-    )
-    from keras_gradmon.alerts import ThresholdRule
-    from keras_gradmon.alerts.delivery import AlertOptions
-    from tests.helpers import LOSS, data, mlp
-
-    x, y = data(16 * STEPS // 2)
-    model = mlp()
-    optimizer = GradientMonitorOptimizer(
-        keras.optimizers.SGD(0.1), every_n_steps=1, histogram_every_n_steps=4
-    )
-    model.compile(optimizer, LOSS)
-    rule = ThresholdRule(warning=0.5, critical=1.0, critical_patience=1)
-    alerts = GradientMonitorCallback(log_dir, alerts=AlertOptions(rules=[rule]))
-    activations = ActivationMonitorCallback(x[:16], log_dir=log_dir, every_n_steps=4)
-    model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[alerts, activations])
-    return len(alerts.alerts)
-
-
 @pytest.fixture(scope="module")
 def jax_logs(tmp_path_factory):
     """`(log_dir, client, events, alerts fired)`; the run is `jax`."""
     log_dir = tmp_path_factory.mktemp("jax_dashboard")
-    fired = _fit(str(log_dir / "jax"))
+    fired = alerting_fit(str(log_dir / "jax"), 16 * STEPS // 2, every=4, epochs=2)
     return log_dir, plugin_client(log_dir), load_events(str(log_dir / "jax")), fired
 
 
@@ -91,7 +64,7 @@ def test_layer_detail_and_health(jax_logs):
 
 _SERVE = """
 import json, sys
-from tests.dashboard.client import get, plugin_client
+from tests.dashboard.client import alerting_fit, get, plugin_client
 client = plugin_client(sys.argv[1])
 found = [get(client, "heatmap", run="jax", metric="update_ratio"),
          get(client, "layer", run="jax", variable="mlp/head/kernel"),
