@@ -212,5 +212,9 @@ def run_demo(log_dir: str | None = None, epochs: int = 5, verbose: int = 1) -> s
         if result.stop_note():
             print(result.stop_note())
     print(f"\nTensorBoard logs written to {os.path.abspath(log_dir)}")
-    print(f"View them with:\n  {tensorboard_command(log_dir)}\n")
+    print(f"View them with:\n  {tensorboard_command(log_dir)}")
+    print(
+        "then open http://localhost:6006/#keras_gradmon for the per-layer "
+        "dashboard (heatmap, alerts, health).\n"
+    )
     return log_dir
