@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -234,6 +235,17 @@ def _column(table: Table, name: str) -> int | None:
     return table.columns.index(name) if name in table.columns else None
 
 
+#: The count of non-finite elements behind each metric: a norm or ratio is
+#: of the finite elements only, so a cell where the count is above 0 is
+#: shown as NaN/Inf, not as the (often 0) number of what was left.
+NONFINITE_OF = {
+    "grad_norm": "grad_nonfinite",
+    "grad_to_weight": "grad_nonfinite",
+    "update_ratio": "weight_nonfinite",
+    "weight_norm": "weight_nonfinite",
+}
+
+
 def _table_grid(source: Source, run: str, contents: dict[str, bytes]) -> Grid:
     """The grid of the run's `Table` tensors (`contents`: each table tag's
     plugin content, the names)."""
@@ -254,7 +266,11 @@ def _table_grid(source: Source, run: str, contents: dict[str, bytes]) -> Grid:
                 for metric in METRICS:
                     column = _column(table, metric)
                     if column is not None and kept[i, column]:
-                        cells[(metric, key, datum.step)] = float(values[i, column])
+                        value = float(values[i, column])
+                        bad = _column(table, NONFINITE_OF[metric])
+                        if bad is not None and values[i, bad] > 0:
+                            value = math.nan
+                        cells[(metric, key, datum.step)] = value
             for name, number in table.scalars().items():
                 scalars.setdefault(name, {})[datum.step] = number
     grid = _grid(cells, list(rows), "table")

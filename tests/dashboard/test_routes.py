@@ -341,3 +341,24 @@ def test_the_loader_samples_only_its_own_plugin():
     flags = argparse.Namespace(samples_per_plugin={})
     GradmonLoader().fix_flags(flags)
     assert flags.samples_per_plugin == {"keras_gradmon": 1000}  # text: TB's 10
+
+
+def test_a_variable_with_nonfinite_gradients_is_a_nonfinite_cell(tmp_path):
+    """A norm is of the finite elements only (`grad_nonfinite` counts the
+    rest): where the count is above 0 the cell says NaN/Inf, not the norm of
+    what was left (0 for a gradient of NaNs and zeros)."""
+    from keras_gradmon.columns import Table
+    from keras_gradmon.recorders.tensorboard import TensorBoardRecorder
+
+    columns = ("grad_present", "grad_norm", "grad_nonfinite", "weight_norm",
+               "weight_nonfinite", "grad_to_weight")
+    recorder = TensorBoardRecorder(str(tmp_path / "nan"))
+    for step, (norm, bad) in enumerate([(2.0, 0.0), (0.0, 273.0)]):
+        values = np.array([[1.0, norm, bad, 4.0, 0.0, norm / 4.0]], np.float32)
+        recorder.write_table(Table(("dense/kernel",), columns, values), step)
+    recorder.close()
+    client = plugin_client(tmp_path)
+    for metric, expected in [("grad_norm", [2.0, "NaN"]), ("weight_norm", [4.0, 4.0]),
+                             ("grad_to_weight", [0.5, "NaN"])]:
+        code, heat = _get(client, "heatmap", run="nan", metric=metric)
+        assert code == 200 and heat["values"] == [expected], heat

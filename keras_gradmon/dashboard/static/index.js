@@ -412,7 +412,11 @@ export async function render() {
   for (const [value, label] of Object.entries(METRIC_NAMES)) metricSelect.append(el("option", { value }, label));
   const runList = el("div", { class: "run-list" });
   const runsBox = el("div", { class: "runs" });
-  controls.append(el("label", {}, "metric "), metricSelect, runList);
+  const scaleBox = el("input", { type: "checkbox", class: "shared-scale" });
+  scaleBox.checked = true;
+  const scaleLabel = el("label", { class: "scale-choice" });
+  scaleLabel.append(scaleBox, el("span", {}, "one colour scale for all runs"));
+  controls.append(el("label", {}, "metric "), metricSelect, scaleLabel, runList);
   root.append(controls, runsBox);
   let runs;
   try {
@@ -432,10 +436,16 @@ export async function render() {
     runsBox.replaceChildren(...sections);
     const reads = await Promise.all(chosen.map((run) => readRun(run, metric)));
     if (generation !== shown) return; // a newer choice is being drawn
-    // One colour scale for every run shown, so that runs compare.
+    // One colour scale for every run shown, so that runs compare; or, for
+    // the structure inside each run, a scale of its own.
     const heats = reads.filter(([h]) => h.status === "fulfilled").map(([h]) => h.value);
-    const range = logRange(heats.flatMap((h) => h.values.flat().map(asNumber)));
-    chosen.forEach((run, i) => showRun(sections[i], run, metric, reads[i], range, heats.length));
+    const shared = logRange(heats.flatMap((h) => h.values.flat().map(asNumber)));
+    chosen.forEach((run, i) => {
+      const [heat] = reads[i];
+      const own = heat.status === "fulfilled" ? logRange(heat.value.values.flat().map(asNumber)) : shared;
+      const range = scaleBox.checked ? shared : own;
+      showRun(sections[i], run, metric, reads[i], range, scaleBox.checked ? heats.length : 1);
+    });
   };
   for (const run of runs) {
     const label = el("label", { class: "run-choice" });
@@ -446,5 +456,6 @@ export async function render() {
     runList.append(label);
   }
   metricSelect.addEventListener("change", refresh);
+  scaleBox.addEventListener("change", refresh);
   refresh();
 }
