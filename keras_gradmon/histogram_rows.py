@@ -123,15 +123,22 @@ def _signed_powers_of_ten() -> np.ndarray:
     return np.stack([near, head, -head, -tail, -rest], 1)
 
 
-def _times_power_of_ten(m: Any, p: Any, ops: ArrayOps) -> Any:
-    """The double nearest `m * 10**p` (int64 `p`, `m` an integer below 2**50
-    in magnitude, either broadcast to the other), but in cases within 2**-100
-    of a tie: `m` times 10**p held as two doubles, the product of the first
-    one exact (Dekker)."""
+@functools.cache
+def _scales() -> np.ndarray:
+    """`[616]`: the double nearest 10**|p| for p from -307 to 308."""
+    p = np.arange(_LOWEST, _HIGHEST + 1)
+    return powers_of_ten()[0][np.abs(p) - _LOWEST]
+
+
+def _times_power_of_ten(m: Any, index: Any, ops: ArrayOps) -> Any:
+    """The double nearest `m * 10**p` (`index` int64 `p + 307`, `m` an
+    integer below 2**50 in magnitude, either broadcast to the other), but in
+    cases within 2**-100 of a tie: `m` times 10**p held as two doubles, the
+    product of the first one exact (Dekker)."""
     # Negated tables: `x - y * -t` is `x + y * t` to the bit, and Grappler's
     # arithmetic optimizer, which turns chains of additions into one AddN in
     # another order, leaves subtractions as they are.
-    looked_up = ops.take(_signed_powers_of_ten(), p - _LOWEST)
+    looked_up = ops.take(_signed_powers_of_ten(), index)
     near, head, minus_head, minus_tail, minus_rest = ops.unstack(looked_up, -1)
     size = ops.abs(m)
     size_high = ops.floor(size / 2.0**25) * 2.0**25  # both halves below 2**26
@@ -152,32 +159,32 @@ def _rounded(edges: Any, ops: ArrayOps) -> Any:
     `_MOST_DIGITS` significant digits, each the double nearest a decimal;
     the first the largest such double at most the edge, the last the
     smallest at least the edge (they still hold the range)."""
-    near = powers_of_ten()[0]
     values = edges[:, None, :]
     digits = np.arange(EDGE_DIGITS, _MOST_DIGITS + 1, dtype=np.int64)[:, None]
-    decade = ops.count_at_most(near, ops.abs(values)) - 1 + _LOWEST
-    p = ops.maximum(decade - digits + 1, np.int64(_LOWEST))
+    # An edge of decade e (10**e <= |edge|, e at least -307) at d digits is
+    # m * 10**p, p = e - d + 1 but at least -307; `index` is p + 307.
+    above_lowest = ops.count_at_most(powers_of_ten()[0], ops.abs(values))
+    index = ops.maximum(above_lowest - digits, np.int64(0))
     # By an exact power of ten (|p| <= 22) the quotient is rounded once:
-    # an edge that is a short decimal gives an integer. 10**-p and 10**p
-    # are both 10**|p|.
-    scale = ops.take(near, ops.abs(p) - _LOWEST)
-    scaled = ops.where(p < 0, values * scale, values / scale)
-    inner = _times_power_of_ten(ops.rint(scaled), p, ops)
-    low, high = _outer(values, scaled, p, ops)
+    # an edge that is a short decimal gives an integer.
+    scale = ops.take(_scales(), index)
+    scaled = ops.where(index < -_LOWEST, values * scale, values / scale)
+    inner = _times_power_of_ten(ops.rint(scaled), index, ops)
+    low, high = _outer(values, scaled, index, ops)
     return ops.concat([low, inner[:, :, 1:-1], high], 2)
 
 
-def _outer(values: Any, scaled: Any, p: Any, ops: ArrayOps) -> tuple[Any, Any]:
+def _outer(values: Any, scaled: Any, index: Any, ops: ArrayOps) -> tuple[Any, Any]:
     """The first and last edges `[n, D, 1]` of `_rounded`, from the edges'
-    `values`, quotients `scaled` and exponents `p` (`[n, D, k + 1]`); only
-    the outer columns (`::k`) are computed. The first is rounded down, the
-    last up, but the quotient was rounded, so the integer may be one off:
-    the first edge is the largest of the three candidates at most the
+    `values`, quotients `scaled` and power indices `index` (`[n, D, k + 1]`);
+    only the outer columns (`::k`) are computed. The first is rounded down,
+    the last up, but the quotient was rounded, so the integer may be one
+    off: the first edge is the largest of the three candidates at most the
     value, the last the smallest at least the value."""
     k = scaled.shape[2] - 1
-    values, scaled, p = values[:, :, ::k], scaled[:, :, ::k], p[:, :, ::k]
+    values, scaled, index = values[:, :, ::k], scaled[:, :, ::k], index[:, :, ::k]
     m = ops.where(np.array([True, False]), ops.floor(scaled), ops.ceil(scaled))
-    candidates = _times_power_of_ten(m + _STEPS, p, ops)
+    candidates = _times_power_of_ten(m + _STEPS, index, ops)
     below, at, above = ops.unstack(candidates, 0)
     low = ops.where(above <= values, above, ops.where(at <= values, at, below))
     high = ops.where(below >= values, below, ops.where(at >= values, at, above))
@@ -239,8 +246,9 @@ def readable_rows(counts: Any, value_ranges: Any, ops: ArrayOps = NUMPY_OPS) -> 
     decade = ops.count_at_most(near, ops.abs(value)) - 1
     decade = ops.maximum(decade, np.int64(0))
     magnitude = ops.where(ops.abs(value) >= 1.0, ops.take(near, decade), np.float64(1))
-    low = ops.where(flat, value - magnitude / 2, value)
-    high = ops.where(flat, value + magnitude / 2, high)
+    half = magnitude / 2
+    low = ops.where(flat, value - half, value)
+    high = ops.where(flat, value + half, high)
     k = counts.shape[1]
     edges = readable_edges(low, high, k, ops)
     left, right = edges[:, :-1], edges[:, 1:]

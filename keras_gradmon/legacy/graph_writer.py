@@ -310,8 +310,10 @@ class _TensorFlowOps:
 
     @staticmethod
     def count_at_most(table: np.ndarray, x: tf.Tensor) -> tf.Tensor:
-        flat = tf.reshape(x, [1, -1])
-        found = tf.searchsorted(table[None], flat, side="right", out_type=tf.int64)
+        # The raw op: `tf.searchsorted` adds a dozen shape ops around it.
+        found = tf.raw_ops.UpperBound(
+            sorted_inputs=table[None], values=tf.reshape(x, [1, -1]), out_type=tf.int64
+        )
         return tf.reshape(found, tf.shape(x))
 
     @staticmethod
