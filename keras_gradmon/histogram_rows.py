@@ -49,7 +49,7 @@ class ArrayOps(Protocol):
     def where(self, condition: Any, x: Any, y: Any) -> Any: ...
     def all(self, x: Any, axis: int) -> Any: ...
     def min(self, x: Any, axis: int) -> Any: ...
-    def sum(self, x: Any, axis: int) -> Any: ...  # booleans: int64
+    def sum(self, x: Any, axis: int) -> Any: ...  # axis kept; booleans: int64
     def take(self, table: np.ndarray, index: Any) -> Any: ...  # rows: axis 0
     def take_each(self, x: Any, index: Any) -> Any: ...  # x[i, index[i]]
     def count_at_most(self, table: np.ndarray, x: Any) -> Any: ...
@@ -76,7 +76,8 @@ class _NumpyOps:
 
     @staticmethod
     def sum(x: Any, axis: int) -> Any:
-        return np.sum(x, axis=axis, dtype=np.int64 if x.dtype == bool else None)
+        dtype = np.int64 if x.dtype == bool else None
+        return np.sum(x, axis=axis, dtype=dtype, keepdims=True)
 
     @staticmethod
     def take(table: np.ndarray, index: Any) -> Any:
@@ -154,12 +155,11 @@ def _times_power_of_ten(m: Any, index: Any, ops: ArrayOps) -> Any:
 _STEPS = np.array([-1.0, 0.0, 1.0])[:, None, None, None]
 
 
-def _rounded(edges: Any, ops: ArrayOps) -> Any:
-    """`[n, D, k + 1]`: `edges` `[n, k + 1]` at `EDGE_DIGITS` ..
+def _rounded(values: Any, ops: ArrayOps) -> Any:
+    """`[n, D, k + 1]`: edges `values` `[n, 1, k + 1]` at `EDGE_DIGITS` ..
     `_MOST_DIGITS` significant digits, each the double nearest a decimal;
     the first the largest such double at most the edge, the last the
     smallest at least the edge (they still hold the range)."""
-    values = edges[:, None, :]
     digits = np.arange(EDGE_DIGITS, _MOST_DIGITS + 1, dtype=np.int64)[:, None]
     # An edge of decade e (10**e <= |edge|, e at least -307) at d digits is
     # m * 10**p, p = e - d + 1 but at least -307; `index` is p + 307.
@@ -193,7 +193,7 @@ def _outer(values: Any, scaled: Any, index: Any, ops: ArrayOps) -> tuple[Any, An
 
 def readable_edges(low: Any, high: Any, k: int, ops: ArrayOps = NUMPY_OPS) -> Any:
     """`[n, k + 1]` float64 edges of `k` equal buckets over `[low, high]`
-    (float64 `[n]`, `low < high`, the width finite), readable on an axis.
+    (float64 `[n, 1]`, `low < high`, the width finite), readable on an axis.
 
     Each edge is rounded to the fewest significant digits, 3 at least, at
     which none moves by more than a tenth of a bucket and they still
@@ -203,22 +203,22 @@ def readable_edges(low: Any, high: Any, k: int, ops: ArrayOps = NUMPY_OPS) -> An
 
     Example:
 
-    >>> readable_edges(np.array([6.0]), np.array([1.8e31]), 2).tolist()
+    >>> readable_edges(np.array([[6.0]]), np.array([[1.8e31]]), 2).tolist()
     [[6.0, 9e+30, 1.8e+31]]
     """
-    low, high = low[:, None], high[:, None]
+    low, high = low[:, :, None], high[:, :, None]  # [n, 1, 1]
     width = high - low
     positions = np.arange(k + 1, dtype=np.float64) / k
-    exact = ops.concat([low, (low + width * positions)[:, 1:-1], high], 1)
-    tolerance = (0.1 * width / k)[:, None]
+    exact = ops.concat([low, (low + width * positions)[:, :, 1:-1], high], 2)
+    tolerance = 0.1 * width / k
     rounded = _rounded(exact, ops)
-    moved = ops.abs(rounded - exact[:, None, :])
+    moved = ops.abs(rounded - exact)
     steps = rounded[:, :, 1:] - rounded[:, :, :-1]
     fits = ops.all(moved <= tolerance, 2) & ops.all(steps > 0.0, 2)
     # The fewest digits that fit; none: the exact edges, after the last.
     tries = np.arange(_MOST_DIGITS - EDGE_DIGITS + 1, dtype=np.int64)
     fewest = ops.min(ops.where(fits, tries, np.int64(len(tries))), 1)
-    return ops.take_each(ops.concat([rounded, exact[:, None, :]], 1), fewest)
+    return ops.take_each(ops.concat([rounded, exact], 1), fewest)
 
 
 def readable_rows(counts: Any, value_ranges: Any, ops: ArrayOps = NUMPY_OPS) -> Any:
@@ -238,24 +238,21 @@ def readable_rows(counts: Any, value_ranges: Any, ops: ArrayOps = NUMPY_OPS) -> 
     [[[0.0, 0.5, 1.0], [0.5, 1.0, 2.0]]]
     """
     zero = np.float64(0.0)
-    low, high = ops.unstack(value_ranges, 1)
+    low, high = ops.unstack(value_ranges[:, :, None], 1)  # [n, 1]
     finite = ops.isfinite(high - low)
     value, high = ops.where(finite, low, zero), ops.where(finite, high, zero)
     flat = high <= value
-    near = powers_of_ten()[0]
-    decade = ops.count_at_most(near, ops.abs(value)) - 1
-    decade = ops.maximum(decade, np.int64(0))
-    magnitude = ops.where(ops.abs(value) >= 1.0, ops.take(near, decade), np.float64(1))
-    half = magnitude / 2
+    near, size = powers_of_ten()[0], ops.abs(value)
+    decade = ops.maximum(ops.count_at_most(near, size) - 1, np.int64(0))
+    half = ops.where(size >= 1.0, ops.take(near, decade), np.float64(1)) / 2
     low = ops.where(flat, value - half, value)
     high = ops.where(flat, value + half, high)
     k = counts.shape[1]
     edges = readable_edges(low, high, k, ops)
     left, right = edges[:, :-1], edges[:, 1:]
-    bucket = ops.sum(left <= value[:, None], 1)[:, None] - 1
-    total = ops.sum(counts, 1)[:, None]
-    moved = ops.where(bucket == np.arange(k), total, zero)
-    counts = ops.where(flat[:, None], moved, counts)
+    bucket = ops.sum(left <= value, 1) - 1
+    moved = ops.where(bucket == np.arange(k), ops.sum(counts, 1), zero)
+    counts = ops.where(flat, moved, counts)
     return ops.stack([left, right, counts], 2)
 
 

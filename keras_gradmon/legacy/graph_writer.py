@@ -298,7 +298,8 @@ class _TensorFlowOps:
 
     @staticmethod
     def sum(x: tf.Tensor, axis: int) -> tf.Tensor:
-        return tf.reduce_sum(tf.cast(x, tf.int64) if x.dtype == tf.bool else x, axis)
+        x = tf.cast(x, tf.int64) if x.dtype == tf.bool else x
+        return tf.reduce_sum(x, axis, keepdims=True)
 
     @staticmethod
     def take(table: np.ndarray, index: tf.Tensor) -> tf.Tensor:
