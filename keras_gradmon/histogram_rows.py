@@ -44,14 +44,18 @@ class ArrayOps(Protocol):
     def ceil(self, x: Any) -> Any: ...
     def rint(self, x: Any) -> Any: ...  # half to even
     def abs(self, x: Any) -> Any: ...
+    def maximum(self, x: Any, y: Any) -> Any: ...
     def isfinite(self, x: Any) -> Any: ...
     def where(self, condition: Any, x: Any, y: Any) -> Any: ...
     def all(self, x: Any, axis: int) -> Any: ...
-    def sum(self, x: Any, axis: int) -> Any: ...  # booleans: int64
-    def take(self, table: np.ndarray, index: Any) -> Any: ...
+    def min(self, x: Any, axis: int) -> Any: ...
+    def sum(self, x: Any, axis: int) -> Any: ...  # axis kept; booleans: int64
+    def take(self, table: np.ndarray, index: Any) -> Any: ...  # rows: axis 0
+    def take_each(self, x: Any, index: Any) -> Any: ...  # x[i, index[i]]
     def count_at_most(self, table: np.ndarray, x: Any) -> Any: ...
     def concat(self, parts: Sequence[Any], axis: int) -> Any: ...
     def stack(self, parts: Sequence[Any], axis: int) -> Any: ...
+    def unstack(self, x: Any, axis: int) -> Sequence[Any]: ...
 
 
 class _NumpyOps:
@@ -59,6 +63,7 @@ class _NumpyOps:
 
     floor, ceil, rint = map(staticmethod, (np.floor, np.ceil, np.rint))
     abs, isfinite, where = map(staticmethod, (np.abs, np.isfinite, np.where))
+    maximum = staticmethod(np.maximum)
     concat, stack = map(staticmethod, (np.concatenate, np.stack))
 
     @staticmethod
@@ -66,16 +71,29 @@ class _NumpyOps:
         return np.all(x, axis=axis)
 
     @staticmethod
+    def min(x: Any, axis: int) -> Any:
+        return np.min(x, axis=axis)
+
+    @staticmethod
     def sum(x: Any, axis: int) -> Any:
-        return np.sum(x, axis=axis, dtype=np.int64 if x.dtype == bool else None)
+        dtype = np.int64 if x.dtype == bool else None
+        return np.sum(x, axis=axis, dtype=dtype, keepdims=True)
 
     @staticmethod
     def take(table: np.ndarray, index: Any) -> Any:
-        return np.take(table, index)
+        return np.take(table, index, axis=0)
+
+    @staticmethod
+    def take_each(x: Any, index: Any) -> Any:
+        return x[np.arange(len(x)), index]
 
     @staticmethod
     def count_at_most(table: np.ndarray, x: Any) -> Any:
         return np.searchsorted(table, x, side="right").astype(np.int64)
+
+    @staticmethod
+    def unstack(x: Any, axis: int) -> Sequence[Any]:
+        return tuple(np.moveaxis(x, axis, 0))
 
 
 #: `ArrayOps` of NumPy.
@@ -99,23 +117,30 @@ def powers_of_ten() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 @functools.cache
-def _signed_powers_of_ten() -> tuple[np.ndarray, ...]:
-    """`near, head, -head, -tail, -rest` of `powers_of_ten`."""
+def _signed_powers_of_ten() -> np.ndarray:
+    """`[616, 5]`: `near, head, -head, -tail, -rest` of `powers_of_ten`, as
+    columns, so one lookup fetches all five."""
     near, head, tail, rest = powers_of_ten()
-    return near, head, -head, -tail, -rest
+    return np.stack([near, head, -head, -tail, -rest], 1)
 
 
-def _times_power_of_ten(m: Any, p: Any, ops: ArrayOps) -> Any:
-    """The double nearest `m * 10**p` (int64 `p`, `m` an integer below 2**50
-    in magnitude), but in cases within 2**-100 of a tie: `m` times 10**p held
-    as two doubles, the product of the first one exact (Dekker)."""
+@functools.cache
+def _scales() -> np.ndarray:
+    """`[616]`: the double nearest 10**|p| for p from -307 to 308."""
+    p = np.arange(_LOWEST, _HIGHEST + 1)
+    return powers_of_ten()[0][np.abs(p) - _LOWEST]
+
+
+def _times_power_of_ten(m: Any, index: Any, ops: ArrayOps) -> Any:
+    """The double nearest `m * 10**p` (`index` int64 `p + 307`, `m` an
+    integer below 2**50 in magnitude, either broadcast to the other), but in
+    cases within 2**-100 of a tie: `m` times 10**p held as two doubles, the
+    product of the first one exact (Dekker)."""
     # Negated tables: `x - y * -t` is `x + y * t` to the bit, and Grappler's
     # arithmetic optimizer, which turns chains of additions into one AddN in
     # another order, leaves subtractions as they are.
-    index = p - _LOWEST
-    near, head, minus_head, minus_tail, minus_rest = (
-        ops.take(t, index) for t in _signed_powers_of_ten()
-    )
+    looked_up = ops.take(_signed_powers_of_ten(), index)
+    near, head, minus_head, minus_tail, minus_rest = ops.unstack(looked_up, -1)
     size = ops.abs(m)
     size_high = ops.floor(size / 2.0**25) * 2.0**25  # both halves below 2**26
     size_low = size - size_high
@@ -126,40 +151,49 @@ def _times_power_of_ten(m: Any, p: Any, ops: ArrayOps) -> Any:
     return ops.where(m < 0.0, -result, result)
 
 
-def _rounded(edges: Any, ops: ArrayOps) -> Any:
-    """`[n, D, k + 1]`: `edges` `[n, k + 1]` at `EDGE_DIGITS` ..
+#: The integers of the outer edges' candidates: one below, at, one above.
+_STEPS = np.array([-1.0, 0.0, 1.0])[:, None, None, None]
+
+
+def _rounded(values: Any, ops: ArrayOps) -> Any:
+    """`[n, D, k + 1]`: edges `values` `[n, 1, k + 1]` at `EDGE_DIGITS` ..
     `_MOST_DIGITS` significant digits, each the double nearest a decimal;
     the first the largest such double at most the edge, the last the
     smallest at least the edge (they still hold the range)."""
-    near = powers_of_ten()[0]
-    values = edges[:, None, :]
     digits = np.arange(EDGE_DIGITS, _MOST_DIGITS + 1, dtype=np.int64)[:, None]
-    decade = ops.count_at_most(near, ops.abs(values)) - 1 + _LOWEST
-    p = decade - digits + 1
-    p = ops.where(p < _LOWEST, np.int64(_LOWEST), p)
+    # An edge of decade e (10**e <= |edge|, e at least -307) at d digits is
+    # m * 10**p, p = e - d + 1 but at least -307; `index` is p + 307.
+    above_lowest = ops.count_at_most(powers_of_ten()[0], ops.abs(values))
+    index = ops.maximum(above_lowest - digits, np.int64(0))
     # By an exact power of ten (|p| <= 22) the quotient is rounded once:
     # an edge that is a short decimal gives an integer.
-    scaled = ops.where(
-        p < 0,
-        values * ops.take(near, -p - _LOWEST),
-        values / ops.take(near, p - _LOWEST),
-    )
-    k = edges.shape[1] - 1
-    first, last = np.arange(k + 1) == 0, np.arange(k + 1) == k
-    m = ops.where(last, ops.ceil(scaled), ops.rint(scaled))
-    m = ops.where(first, ops.floor(scaled), m)
-    # The quotient is rounded, so the outer edges' integer may be one off:
-    # the first edge is the largest of the three at most the value, the last
-    # the smallest at least the value.
-    below, at, above = (_times_power_of_ten(m + d, p, ops) for d in (-1.0, 0.0, 1.0))
+    scale = ops.take(_scales(), index)
+    scaled = ops.where(index < -_LOWEST, values * scale, values / scale)
+    inner = _times_power_of_ten(ops.rint(scaled), index, ops)
+    low, high = _outer(values, scaled, index, ops)
+    return ops.concat([low, inner[:, :, 1:-1], high], 2)
+
+
+def _outer(values: Any, scaled: Any, index: Any, ops: ArrayOps) -> tuple[Any, Any]:
+    """The first and last edges `[n, D, 1]` of `_rounded`, from the edges'
+    `values`, quotients `scaled` and power indices `index` (`[n, D, k + 1]`);
+    only the outer columns (`::k`) are computed. The first is rounded down,
+    the last up, but the quotient was rounded, so the integer may be one
+    off: the first edge is the largest of the three candidates at most the
+    value, the last the smallest at least the value."""
+    k = scaled.shape[2] - 1
+    values, scaled, index = values[:, :, ::k], scaled[:, :, ::k], index[:, :, ::k]
+    m = ops.where(np.array([True, False]), ops.floor(scaled), ops.ceil(scaled))
+    candidates = _times_power_of_ten(m + _STEPS, index, ops)
+    below, at, above = ops.unstack(candidates, 0)
     low = ops.where(above <= values, above, ops.where(at <= values, at, below))
     high = ops.where(below >= values, below, ops.where(at >= values, at, above))
-    return ops.where(first, low, ops.where(last, high, at))
+    return low[:, :, :1], high[:, :, 1:]
 
 
 def readable_edges(low: Any, high: Any, k: int, ops: ArrayOps = NUMPY_OPS) -> Any:
     """`[n, k + 1]` float64 edges of `k` equal buckets over `[low, high]`
-    (float64 `[n]`, `low < high`, the width finite), readable on an axis.
+    (float64 `[n, 1]`, `low < high`, the width finite), readable on an axis.
 
     Each edge is rounded to the fewest significant digits, 3 at least, at
     which none moves by more than a tenth of a bucket and they still
@@ -169,21 +203,22 @@ def readable_edges(low: Any, high: Any, k: int, ops: ArrayOps = NUMPY_OPS) -> An
 
     Example:
 
-    >>> readable_edges(np.array([6.0]), np.array([1.8e31]), 2).tolist()
+    >>> readable_edges(np.array([[6.0]]), np.array([[1.8e31]]), 2).tolist()
     [[6.0, 9e+30, 1.8e+31]]
     """
+    low, high = low[:, :, None], high[:, :, None]  # [n, 1, 1]
+    width = high - low
     positions = np.arange(k + 1, dtype=np.float64) / k
-    exact = low[:, None] + (high - low)[:, None] * positions
-    exact = ops.concat([low[:, None], exact[:, 1:-1], high[:, None]], 1)
-    tolerance = (0.1 * (high - low) / k)[:, None, None]
+    exact = ops.concat([low, (low + width * positions)[:, :, 1:-1], high], 2)
+    tolerance = 0.1 * width / k
     rounded = _rounded(exact, ops)
-    moved = ops.abs(rounded - exact[:, None, :])
+    moved = ops.abs(rounded - exact)
     steps = rounded[:, :, 1:] - rounded[:, :, :-1]
     fits = ops.all(moved <= tolerance, 2) & ops.all(steps > 0.0, 2)
-    chosen = exact
-    for d in reversed(range(_MOST_DIGITS - EDGE_DIGITS + 1)):
-        chosen = ops.where(fits[:, d : d + 1], rounded[:, d, :], chosen)
-    return chosen
+    # The fewest digits that fit; none: the exact edges, after the last.
+    tries = np.arange(_MOST_DIGITS - EDGE_DIGITS + 1, dtype=np.int64)
+    fewest = ops.min(ops.where(fits, tries, np.int64(len(tries))), 1)
+    return ops.take_each(ops.concat([rounded, exact], 1), fewest)
 
 
 def readable_rows(counts: Any, value_ranges: Any, ops: ArrayOps = NUMPY_OPS) -> Any:
@@ -203,23 +238,22 @@ def readable_rows(counts: Any, value_ranges: Any, ops: ArrayOps = NUMPY_OPS) -> 
     [[[0.0, 0.5, 1.0], [0.5, 1.0, 2.0]]]
     """
     zero = np.float64(0.0)
-    low, high = value_ranges[:, 0], value_ranges[:, 1]
+    low, high = ops.unstack(value_ranges[:, :, None], 1)  # [n, 1]
     finite = ops.isfinite(high - low)
     value, high = ops.where(finite, low, zero), ops.where(finite, high, zero)
     flat = high <= value
-    near = powers_of_ten()[0]
-    decade = ops.count_at_most(near, ops.abs(value)) - 1
-    decade = ops.where(decade < 0, np.int64(0), decade)
-    magnitude = ops.where(ops.abs(value) >= 1.0, ops.take(near, decade), np.float64(1))
-    low = ops.where(flat, value - magnitude / 2, value)
-    high = ops.where(flat, value + magnitude / 2, high)
+    near, size = powers_of_ten()[0], ops.abs(value)
+    decade = ops.maximum(ops.count_at_most(near, size) - 1, np.int64(0))
+    half = ops.where(size >= 1.0, ops.take(near, decade), np.float64(1)) / 2
+    low = ops.where(flat, value - half, value)
+    high = ops.where(flat, value + half, high)
     k = counts.shape[1]
     edges = readable_edges(low, high, k, ops)
-    bucket = ops.sum(edges[:, :-1] <= value[:, None], 1)[:, None] - 1
-    total = ops.sum(counts, 1)[:, None]
-    moved = ops.where(bucket == np.arange(k), total, zero)
-    counts = ops.where(flat[:, None], moved, counts)
-    return ops.stack([edges[:, :-1], edges[:, 1:], counts], 2)
+    left, right = edges[:, :-1], edges[:, 1:]
+    bucket = ops.sum(left <= value, 1) - 1
+    moved = ops.where(bucket == np.arange(k), ops.sum(counts, 1), zero)
+    counts = ops.where(flat, moved, counts)
+    return ops.stack([left, right, counts], 2)
 
 
 def histogram_rows(counts: np.ndarray, value_range: np.ndarray) -> np.ndarray:

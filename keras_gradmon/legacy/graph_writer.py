@@ -285,6 +285,7 @@ class _TensorFlowOps:
     floor, ceil = staticmethod(tf.math.floor), staticmethod(tf.math.ceil)
     rint = staticmethod(tf.math.round)  # half to even, as NumPy's rint
     abs, isfinite = staticmethod(tf.math.abs), staticmethod(tf.math.is_finite)
+    maximum = staticmethod(tf.math.maximum)
     where, concat, stack = map(staticmethod, (tf.where, tf.concat, tf.stack))
 
     @staticmethod
@@ -292,18 +293,33 @@ class _TensorFlowOps:
         return tf.reduce_all(x, axis)
 
     @staticmethod
+    def min(x: tf.Tensor, axis: int) -> tf.Tensor:
+        return tf.reduce_min(x, axis)
+
+    @staticmethod
     def sum(x: tf.Tensor, axis: int) -> tf.Tensor:
-        return tf.reduce_sum(tf.cast(x, tf.int64) if x.dtype == tf.bool else x, axis)
+        x = tf.cast(x, tf.int64) if x.dtype == tf.bool else x
+        return tf.reduce_sum(x, axis, keepdims=True)
 
     @staticmethod
     def take(table: np.ndarray, index: tf.Tensor) -> tf.Tensor:
         return tf.gather(tf.constant(table), index)
 
     @staticmethod
+    def take_each(x: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
+        return tf.gather(x, index, batch_dims=1)
+
+    @staticmethod
     def count_at_most(table: np.ndarray, x: tf.Tensor) -> tf.Tensor:
-        flat = tf.reshape(x, [1, -1])
-        found = tf.searchsorted(table[None], flat, side="right", out_type=tf.int64)
+        # The raw op: `tf.searchsorted` adds a dozen shape ops around it.
+        found = tf.raw_ops.UpperBound(
+            sorted_inputs=table[None], values=tf.reshape(x, [1, -1]), out_type=tf.int64
+        )
         return tf.reshape(found, tf.shape(x))
+
+    @staticmethod
+    def unstack(x: tf.Tensor, axis: int) -> list[tf.Tensor]:
+        return tf.unstack(x, axis=axis)
 
 
 #: `columns.ArrayOps` of TensorFlow.
