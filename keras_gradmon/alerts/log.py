@@ -163,6 +163,51 @@ def merge_alerts(
     ]
 
 
+@dataclass(frozen=True)
+class LegacyLines:
+    """What a legacy alert log's text held: its alerts (each with the
+    "scope" of its tag), lines that look like JSON but are no alert, and
+    lines that are not UTF-8 (read with U+FFFD)."""
+
+    alerts: list[dict]
+    bad: int = 0
+    garbled: int = 0
+
+
+def legacy_alert_lines(tag: str, value: Any) -> LegacyLines:
+    """The alerts of a legacy alert log (`alert_log/all`,
+    `alert_log/<scope>/all` before the records tensor: a JSON object a
+    line). Today's logs hold a Markdown table there, which is passed over.
+    The report and the dashboard both read old logs through this.
+
+    Example:
+
+    >>> legacy_alert_lines("alert_log/rl/all",
+    ...                    np.array([b'{"rule": "spike"}', b"| table |"])).alerts
+    [{'rule': 'spike', 'scope': 'rl'}]
+    """
+    scope = "/".join(tag.split("/")[1:-1]) or None
+    found, bad, garbled = [], 0, 0
+    for element in np.ravel(value):
+        try:
+            text = element.decode() if isinstance(element, bytes) else str(element)
+        except UnicodeDecodeError:
+            garbled += 1
+            text = element.decode("utf-8", "replace")
+        for line in text.splitlines():
+            if not line.lstrip().startswith("{"):
+                continue
+            try:
+                alert = json.loads(line)
+            except json.JSONDecodeError:
+                alert = None
+            if isinstance(alert, dict):
+                found.append({**alert, "scope": scope})
+            else:
+                bad += 1
+    return LegacyLines(found, bad, garbled)
+
+
 def _record(item: Any) -> dict:
     """One element of an alerts tensor as its dict, checked to be an alert."""
     text = item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)

@@ -26,7 +26,7 @@ import numpy as np
 from tensorboard.data import provider as tb_provider
 
 from keras_gradmon.alerts.events import ALERT_LOG
-from keras_gradmon.alerts.log import decode_alerts, merge_alerts
+from keras_gradmon.alerts.log import decode_alerts, legacy_alert_lines, merge_alerts
 from keras_gradmon.columns import (
     GLOBAL,
     PLUGIN_NAME,
@@ -337,14 +337,6 @@ def variable_grid(source: Source, run: str, scalar_tags: Iterable[str] = ()) -> 
     return _scalar_grid(source, run, scalar_tags)
 
 
-def _text(element: Any) -> str:
-    return (
-        element.decode("utf-8", "replace")
-        if isinstance(element, bytes)
-        else str(element)
-    )
-
-
 @dataclasses.dataclass
 class Alerts:
     """A run's alert records (`Alert.to_dict()` dicts, each with the
@@ -352,27 +344,6 @@ class Alerts:
 
     records: list[dict]
     unreadable: int = 0
-
-
-def _legacy_alerts(tag: str, value: Any, alerts: Alerts) -> list[dict]:
-    """`alert_log/[<scope>/]all` of older logs: one JSON object per line.
-    Today's logs hold a Markdown table there (their records are the
-    `keras_gradmon/alerts` tensors): its lines are passed over."""
-    scope = "/".join(tag.split("/")[1:-1]) or None
-    found = []
-    for element in np.ravel(value):
-        for line in _text(element).splitlines():
-            if not line.lstrip().startswith("{"):
-                continue
-            try:
-                alert = json.loads(line)
-            except ValueError:
-                alert = None
-            if isinstance(alert, dict):
-                found.append({**alert, "scope": scope})
-            else:
-                alerts.unreadable += 1
-    return found
 
 
 def read_alerts(source: Source, run: str) -> Alerts:
@@ -384,8 +355,10 @@ def read_alerts(source: Source, run: str) -> Alerts:
     for tag, data in source.tensors(TEXT, run, texts).items():
         before = len(events) + alerts.unreadable
         for datum in data:
-            found = _legacy_alerts(tag, datum.numpy, alerts)
-            events += [(datum.step, found)] if found else []
+            lines = legacy_alert_lines(tag, datum.numpy)
+            alerts.unreadable += lines.bad
+            if lines.alerts:
+                events.append((datum.step, lines.alerts))
         if len(events) + alerts.unreadable == before:
             # Today's Markdown texts: no record there, none missed either.
             source.sampled.pop(tag, None)

@@ -22,7 +22,12 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from keras_gradmon.alerts.events import ALERT_LOG
-from keras_gradmon.alerts.log import ALERTS_KIND, decode_alerts, merge_alerts
+from keras_gradmon.alerts.log import (
+    ALERTS_KIND,
+    decode_alerts,
+    legacy_alert_lines,
+    merge_alerts,
+)
 from keras_gradmon.columns import PLUGIN_NAME
 from keras_gradmon.columns import tag as column_tag
 from keras_gradmon.report.alert_store import KEEP_PER_KEY, AlertStore
@@ -263,14 +268,14 @@ class RunAccumulator:
         elif plugin_name == "histograms":
             self._histograms.add(tag)
         elif plugin_name == "text" and tag.split("/", 1)[0] == ALERT_LOG:
-            found, bad, garbled = _alert_lines(tag, value)
-            self._add_alert_event(tag, step, found)
-            if bad:
-                self.count_unread(f"{tag}: lines that are no alert (JSON object)", bad)
-            if garbled:
-                self.count_unread(
-                    f"{tag}: lines that are not UTF-8 (read with U+FFFD)", garbled
-                )
+            lines = legacy_alert_lines(tag, value)
+            self._add_alert_event(tag, step, lines.alerts)
+            if lines.bad:
+                reason = f"{tag}: lines that are no alert (JSON object)"
+                self.count_unread(reason, lines.bad)
+            if lines.garbled:
+                reason = f"{tag}: lines that are not UTF-8 (read with U+FFFD)"
+                self.count_unread(reason, lines.garbled)
         elif plugin_name == PLUGIN_NAME:
             self._add_record(tag, step, value, content)
 
@@ -407,30 +412,3 @@ def _json(content: bytes) -> dict | None:
 
 def _whole_number(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _alert_lines(tag: str, value: np.ndarray) -> tuple[list[dict], int, int]:
-    """The alerts of a legacy alert log (`alert_log/all`,
-    `alert_log/<scope>/all`: a JSON line each), how many lines that look
-    like JSON are none, and how many lines are not UTF-8 (read with
-    replacement characters). Today's logs hold a Markdown table there (the
-    records are in `keras_gradmon/alerts`): it is not counted."""
-    scope = "/".join(tag.split("/")[1:-1]) or None
-    found, bad, garbled = [], 0, 0
-    for line in np.ravel(value):
-        try:
-            text = line.decode() if isinstance(line, bytes) else str(line)
-        except UnicodeDecodeError:
-            garbled += 1
-            text = line.decode("utf-8", "replace")
-        if not text.lstrip().startswith("{"):
-            continue
-        try:
-            alert = json.loads(text)
-        except json.JSONDecodeError:
-            alert = None
-        if isinstance(alert, dict):
-            found.append({**alert, "scope": scope})
-        else:
-            bad += 1
-    return found, bad, garbled
