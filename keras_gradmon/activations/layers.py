@@ -260,16 +260,23 @@ def select_layers(
         return chosen
     pattern = check_layers_argument(layers)
     if pattern is not None:
-        chosen = [
-            w for w in watched if pattern.search(w.name) or pattern.search(w.layer.name)
-        ]
-        if not chosen:
-            raise ValueError(
-                f"`layers` matches no layer of the model. Received: "
-                f"layers={layers!r}. The model's layers: {names}"
-            )
-        return chosen
+        return _matched(watched, pattern, layers, names)
     return _named(watched, layers, names)
+
+
+def _matched(
+    watched: list[WatchedLayer], pattern: Any, layers: Any, names: list[str]
+) -> list[WatchedLayer]:
+    """The layers whose path or name `pattern` (the regex `layers`) finds."""
+    chosen = [
+        w for w in watched if pattern.search(w.name) or pattern.search(w.layer.name)
+    ]
+    if not chosen:
+        raise ValueError(
+            f"`layers` matches no layer of the model. Received: "
+            f"layers={layers!r}. The model's layers: {names}"
+        )
+    return chosen
 
 
 def _named(
