@@ -265,9 +265,7 @@ class ActivationMonitorCallback(keras.callbacks.Callback):
     def set_model(self, model: Any) -> None:
         super().set_model(model)
         if self.monitor is None or self._monitored_model is not model:
-            self.monitor = ActivationMonitor(
-                model, config=self._options, hub=self._hub
-            )
+            self.monitor = ActivationMonitor(model, config=self._options, hub=self._hub)
             self._monitored_model = model
 
     def on_train_begin(self, logs: dict | None = None) -> None:
@@ -527,6 +525,9 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._console: contextlib.ExitStack | None = None
         self._programs: Programs | None = None
         self._per_call = 1
+        #: Steps before this one need nothing from the callback, as far as
+        #: its reads have looked (`_quiet`); -1 where it has not looked yet.
+        self._quiet_end: float = -1
 
     @property
     def alerts(self) -> list[Alert]:
@@ -578,11 +579,37 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
             self.monitor_writer.skip_recorded()
         self._fresh_fit = False
         self._steps.start_epoch(step)
+        self._quiet_end = -1
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if self._quiet(batch + self._per_call):
+            # Nothing is due in this call, nor left to read before it.
+            if self._programs is not None:
+                self._programs.plan(False)
+            return
         super().on_train_batch_begin(batch, logs)  # reads the last batch first
         if self._programs is not None:
             self._programs.plan(self._may_be_due(batch))
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self._quiet(batch + 1) and not self._writer.immediate_pending:
+            self._update_logs(logs)  # the newest values, as every batch
+            return
+        super().on_train_batch_end(batch, logs)
+
+    def _quiet(self, batches_end: int) -> bool:
+        """Whether the steps of the batches before `batches_end` need
+        nothing: none due beyond what the reads looked at, none pending or
+        missed. Most batches stop here, at a few comparisons (what a batch
+        with nothing due costs on the host is the defaults' cost)."""
+        writer = self._writer
+        return (
+            self._steps.done > 0  # the epoch's steps per batch are known
+            and self._steps.batch_start(batches_end) <= self._quiet_end
+            and not self._pending
+            and writer is not None
+            and not writer.missed
+        )
 
     def _may_be_due(self, batch: int) -> bool:
         """Whether a step of the call that starts at `batch` can be due (an
@@ -614,6 +641,11 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         if scalars or histograms or missed:
             with hook_lock(self):
                 self._read(scalars or missed, histograms or missed)
+        if not missed:  # the steps before `end` are read: quiet until due
+            due = min(
+                monitor.schedule.next_due(end), monitor.histogram_schedule.next_due(end)
+            )
+            self._quiet_end = max(self._quiet_end, due)
 
     def _read(self, scalars: bool, histograms: bool) -> None:
         writer = self.monitor_writer
@@ -761,5 +793,3 @@ class GradientAlertCallback(GradientMonitorCallback):
             hub=hub,
             logs_key=None,
         )
-
-

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -245,6 +246,22 @@ class Schedule:
                 return True
             return any(self.due(step) for step in range(first, end))
         return -(-first // self.frequency) * self.frequency < end
+
+    def next_due(self, first: int) -> int | float:
+        """The first step at or after `first` that may be due (host side):
+        `first` itself for a callable frequency, which only a step's own
+        test can tell; infinity for none.
+
+        Example:
+
+        >>> Schedule(100).next_due(101), Schedule(100).next_due(200)
+        (200, 200)
+        """
+        if self.frequency is None:
+            return math.inf
+        if callable(self.frequency):
+            return first
+        return -(-first // self.frequency) * self.frequency
 
     def __repr__(self) -> str:
         return f"Schedule({self.frequency!r})"

@@ -412,6 +412,11 @@ class MonitorWriter:
             self.flush()
         return fresh_stats or fresh_hist
 
+    @property
+    def immediate_pending(self) -> bool:
+        """Whether a capture waits for `write_immediate`."""
+        return self._immediate_pending is not None
+
     def write_immediate(self) -> None:
         """Gives the `immediate` recorders (Keras logs) the newest summary of
         the last capture, if not given yet. Called where the logs are filled:
