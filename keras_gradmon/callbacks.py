@@ -589,7 +589,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
             return
         super().on_train_batch_begin(batch, logs)  # reads the last batch first
         if self._programs is not None:
-            self._programs.plan(self._may_be_due(batch))
+            self._programs.plan(*self._plan(batch))
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if self._quiet(batch + 1) and not self._writer.immediate_pending:
@@ -611,16 +611,20 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
             and not writer.missed
         )
 
-    def _may_be_due(self, batch: int) -> bool:
+    def _plan(self, batch: int) -> tuple[bool, bool]:
         """Whether a step of the call that starts at `batch` can be due (an
-        epoch's first call always: it tells how many steps a batch takes)."""
+        epoch's first call always: it tells how many steps a batch takes),
+        and whether the host knows it is: one step, its statistics due,
+        its histograms not (`Programs.plan`)."""
         if batch == 0 or self.monitor_writer.missed or self._pending:
-            return True
+            return True, False
         first = self._steps.batch_start(batch)
         end = self._steps.batch_start(batch + self._per_call)
         monitor = self.monitor_writer.monitor
         scalars = monitor.schedule.any_due(first, end)
-        return scalars or monitor.histogram_schedule.any_due(first, end)
+        histograms = monitor.histogram_schedule.any_due(first, end)
+        one_step = end - first == 1 and self._steps.per_batch == 1
+        return scalars or histograms, scalars and not histograms and one_step
 
     def _batch_logs(self, logs: dict | None) -> None:
         self.monitor_writer.write_immediate()

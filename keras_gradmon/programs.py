@@ -1,33 +1,41 @@
-"""Two programs of one Keras train function, chosen on the host.
+"""Programs of one Keras train function, chosen on the host.
 
 A monitored step that records nothing still runs the monitor's conditional,
 and its untaken branch is not free: it holds the weights the optimizer
 updates in place (on JAX, XLA copies every donated weight for it; under
 XLA on TensorFlow, the update ratio's weights before the update are zeros
-written every step). Like Levanter, which compiles a second train step
-without its hooks, `fit` here runs two programs of its train function:
+written every step). Its taken branch is dearer than the same measurement
+outside a conditional (about twice, on the benchmark MLP, TensorFlow and
+JAX alike: XLA keeps a conditional's operands whole and fuses nothing
+across it). Like Levanter, which compiles a second train step without its
+hooks, `fit` here runs up to three programs of its train function:
 
 - the *measuring* one: the step as compiled today, the monitor's
   conditional inside, deciding in the graph which steps record;
 - the *idle* one: the same step traced under `schedule.measuring(False)`,
   with no measurement in it: at the defaults, the unwrapped step, op for
-  op (what the monitor does every step, such as clipping, stays).
+  op (what the monitor does every step, such as clipping, stays);
+- the *due* one: the step traced under `schedule.planned(True)`, measuring
+  the statistics with no conditional on the step, for a call of one step
+  that the host knows has its statistics due and its histograms not.
 
 `GradientMonitorCallback` tells `Programs` before each call, from its
 host-side step count (`callbacks.StepTracker`), whether any step of that
-call can be due; only then does the measuring program run. A call nobody
-planned for (`train_on_batch`, a `fit` without the callback) runs the
-measuring program, so nothing is ever missed for want of a plan. Each
-program is traced (and compiled) on its first call: a `fit` whose every
+call can be due, and whether it knows it is (`plan`); the measuring program
+runs where a step may be due and the host cannot tell for sure (an epoch's
+first call, histograms, several steps a call, a summary not found yet). A
+call nobody planned for (`train_on_batch`, a `fit` without the callback)
+runs the measuring program, so nothing is ever missed for want of a plan.
+Each program is traced (and compiled) on its first call: a `fit` whose every
 step is due never builds the idle one.
 
-The idle program is a second compile of about the plain step's size, which
-only a long run pays back. So, like a tiered JIT, the measuring program
-runs every call until the run has lasted, after its first call, as long as
-that first call took (its trace and compile: `Programs.patience` times
-it): a run shorter than its compile never compiles the idle program, and a
-longer one spends at most about that long in steps that carry the
-conditional without need.
+The idle and due programs are compiles of their own, of about the plain
+step's and the measuring step's size, which only a long run pays back.
+So, like a tiered JIT, the measuring program runs every call until the run
+has lasted, after its first call, as long as that first call took (its
+trace and compile: `Programs.patience` times it): a run shorter than its
+compile never compiles the others, and a longer one spends at most about
+that long in steps that carry the conditional without need.
 
 Example:
 
@@ -43,7 +51,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from keras_gradmon.schedule import measuring
+from keras_gradmon.schedule import planned
 
 #: Where a model keeps the programs made for it (in its `__dict__`, out of
 #: Keras's tracking), so that a second `fit` does not trace them again. On
@@ -53,13 +61,16 @@ _ATTRIBUTE = "_keras_gradmon_programs"
 
 
 class Programs:
-    """`model.train_function` as two programs, the measuring one unless a
-    plan says the next call has nothing due.
+    """`model.train_function` as up to three programs: the measuring one
+    unless a plan says the next call has nothing due (idle), or exactly
+    its statistics (due).
 
     Args:
         measuring: The train function as Keras made it (it measures).
         idle: A second train function made the same way, called (and so
             traced) under `measuring(False)`.
+        due: A third, called under `planned(True)`; None: none (the
+            measuring program runs instead).
 
     Example:
 
@@ -67,31 +78,40 @@ class Programs:
     >>> programs.plan(due=False); programs(iterator)  # doctest: +SKIP
     """
 
-    #: How long the measuring program runs every call before the idle one
+    #: How long the measuring program runs every call before the others
     #: may, in multiples of the first call's time (0: from the second call).
     patience: float = 1.0
 
-    def __init__(self, measuring: Any, idle: Any) -> None:
+    def __init__(self, measuring: Any, idle: Any, due: Any = None) -> None:
         self.measuring = measuring
         self.idle = idle
-        #: How many calls each program ran (the idle one, the measuring one).
-        self.calls = {"idle": 0, "measuring": 0}
-        #: From when (`time.monotonic()`) the idle program may run: None
-        #: before the first call.
+        self.due = due
+        #: How many calls each program ran.
+        self.calls = {"idle": 0, "measuring": 0, "due": 0}
+        #: From when (`time.monotonic()`) the idle and due programs may run:
+        #: None before the first call.
         self.idle_from: float | None = None
-        self._plans: list[bool] = []
+        self._plans: list[tuple[bool, bool]] = []
 
-    def plan(self, due: bool) -> None:
-        """Says whether a step of the next call can be due. Several plans
-        for one call (several callbacks) combine: idle only if none is due."""
-        self._plans.append(bool(due))
+    def plan(self, due: bool, known: bool = False) -> None:
+        """Says whether a step of the next call can be due, and, with
+        `known`, that the call is one step whose statistics are due and
+        whose histograms are not. Several plans for one call (several
+        callbacks) combine: idle if none is due, due if every one that is
+        due is known."""
+        self._plans.append((bool(due), bool(due) and bool(known)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         plans, self._plans = self._plans, []
-        if plans and not any(plans) and self._idle_ready():
-            self.calls["idle"] += 1
-            with measuring(False):  # read while the idle program is traced
-                return self.idle(*args, **kwargs)
+        if plans and self._idle_ready():
+            if not any(due for due, _ in plans):
+                self.calls["idle"] += 1
+                with planned(False):  # read while the idle program is traced
+                    return self.idle(*args, **kwargs)
+            if self.due is not None and all(known for due, known in plans if due):
+                self.calls["due"] += 1
+                with planned(True):
+                    return self.due(*args, **kwargs)
         self.calls["measuring"] += 1
         start = time.monotonic()
         result = self.measuring(*args, **kwargs)
@@ -114,7 +134,7 @@ class Programs:
             return current
         made = cls.made_for(model)
         if made is None or made.measuring is not current:
-            made = cls(current, _idle_function(model))
+            made = cls(current, _function(model, False), _function(model, True))
             model.__dict__[_ATTRIBUTE] = made
         model.train_function = made
         return made
@@ -162,18 +182,19 @@ class Programs:
             model.train_function = current.measuring
 
 
-def _idle_function(model: Any) -> Any:
-    """A second train function of `model`, made by Keras from a train step
-    of its own: JAX keys its trace cache on the function, and two `jit`s of
-    one bound `train_step` would share the measuring trace."""
+def _function(model: Any, scalars: bool) -> Any:
+    """Another train function of `model`, made by Keras from a train step of
+    its own traced under `planned(scalars)`: JAX keys its trace cache on the
+    function, and two `jit`s of one bound `train_step` would share the
+    measuring trace."""
     train_step = model.train_step
 
-    def idle_step(*args: Any, **kwargs: Any) -> Any:
-        with measuring(False):
+    def planned_step(*args: Any, **kwargs: Any) -> Any:
+        with planned(scalars):
             return train_step(*args, **kwargs)
 
     own = model.__dict__.get("train_step", _NONE)
-    model.__dict__["train_step"] = idle_step  # read by make_train_function
+    model.__dict__["train_step"] = planned_step  # read by make_train_function
     try:
         model.make_train_function(force=True)
     finally:

@@ -6,9 +6,11 @@ compiled train step (`due(step_tensor)`), tells the host callbacks after which
 batches a fresh summary can exist (`any_due(first, end)`), and decides when
 the activation monitor measures (`due(int)`).
 
-`measuring(False)`, while a step is traced, says that nothing is due in the
-program being traced: the host runs it only on steps it knows are not due
-(`keras_gradmon.programs`), so the monitor builds no measurement into it.
+`planned(...)`, while a step is traced, says what the host knows is due at
+the program's one step: `measuring(False)` (`planned(False)`) that nothing
+is, `planned(True)` that the statistics are and the histograms are not. The
+host runs such a program only on those steps (`keras_gradmon.programs`), so
+the monitor builds that measurement into it, with no conditional.
 """
 
 from __future__ import annotations
@@ -32,15 +34,43 @@ _CALLABLE_SCAN_LIMIT = 4096
 
 Frequency = int | Callable[[Any], Any]
 
-_MEASURING = contextvars.ContextVar("keras_gradmon_measuring", default=True)
+#: What the host knows is due at the one step of the program being traced:
+#: None (nothing: each schedule decides in the graph), else `(scalars,
+#: histograms)`.
+_PLANNED: contextvars.ContextVar[tuple[bool, bool] | None] = contextvars.ContextVar(
+    "keras_gradmon_planned", default=None
+)
 
 
 @contextlib.contextmanager
-def measuring(on: bool) -> Iterator[None]:
+def planned(scalars: bool | None, histograms: bool = False) -> Iterator[None]:
+    """Within (while a step is traced), the host knows what is due at the
+    program's one step, and the traced program measures exactly that, with
+    no conditional on the step: `planned(False)` measures nothing (the
+    program the host runs where nothing is due), `planned(True)` the
+    statistics (where they are due and the histograms are not). What the
+    monitor does on every step (clipping, `skip_nonfinite`, the spike and
+    noise signals) stays in. `planned(None)`: nothing known, each schedule
+    decides in the graph (the default).
+
+    Example:
+
+    >>> with planned(True):
+    ...     plan(), measures()
+    ((True, False), True)
+    """
+    known = None if scalars is None else (bool(scalars), bool(histograms))
+    token = _PLANNED.set(known)
+    try:
+        yield
+    finally:
+        _PLANNED.reset(token)
+
+
+def measuring(on: bool) -> contextlib.AbstractContextManager[None]:
     """Within (while a step is traced), `measuring(False)` leaves every
-    measurement out of the traced step: the program is one the host runs
-    only on steps where nothing is due. What the monitor does on every step
-    (clipping, `skip_nonfinite`, the spike and noise signals) stays in.
+    measurement out of the traced step (`planned(False)`); `measuring(True)`
+    leaves each schedule to decide.
 
     Example:
 
@@ -48,22 +78,25 @@ def measuring(on: bool) -> Iterator[None]:
     ...     measures()
     False
     """
-    token = _MEASURING.set(bool(on))
-    try:
-        yield
-    finally:
-        _MEASURING.reset(token)
+    return planned(None if on else False)
+
+
+def plan() -> tuple[bool, bool] | None:
+    """What the host knows is due at the step being traced (`planned`):
+    `(scalars, histograms)`, or None."""
+    return _PLANNED.get()
 
 
 def measures() -> bool:
-    """Whether the step being traced may measure (see `measuring`).
+    """Whether the step being traced may measure (see `planned`).
 
     Example:
 
     >>> measures()
     True
     """
-    return _MEASURING.get()
+    known = _PLANNED.get()
+    return known is None or any(known)
 
 
 def _positional_arity_ok(fn: Callable) -> bool:

@@ -1,7 +1,9 @@
-"""Two programs of the train function, chosen on the host
+"""Programs of the train function, chosen on the host
 (`keras_gradmon.programs`): during `fit` with `GradientMonitorCallback` the
-steps with nothing due run a program with no measurement in it, and what is
-recorded, and the weights, stay exactly what one program gives."""
+steps with nothing due run a program with no measurement in it, the steps
+the host knows have their statistics due one that measures them with no
+conditional, and what is recorded, and the weights, stay what one program
+gives."""
 
 import re
 import time
@@ -83,8 +85,31 @@ def test_the_due_steps_and_only_they_are_recorded(fitted):
 
 def test_steps_with_nothing_due_run_the_idle_program(fitted):
     _, model, _ = fitted
-    # Due: 0, 4, 7, 8, 12, 14, 16, and step 10 (an epoch's first batch).
-    assert Programs.made_for(model).calls == {"measuring": 8, "idle": 12}
+    # The measuring program: 0 and 10 (an epoch's first batch), 7 and 14
+    # (histograms); the due program: 4, 8, 12, 16 (statistics alone).
+    calls = {"measuring": 4, "due": 4, "idle": 12}
+    assert Programs.made_for(model).calls == calls
+
+
+def test_the_due_program_records_what_the_measuring_one_does(fitted, tmp_path):
+    """The same fit with one program (the measuring one, every call):
+    the same steps recorded, the same numbers (to float32 rounding: XLA
+    fuses the reductions differently without the conditional)."""
+    _, _, log_dir = fitted
+    optimizer = keras_gradmon.GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-2), every_n_steps=4, histogram_every_n_steps=7
+    )
+    one = _model(optimizer)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Programs, "patience", float("inf"))
+        _fit(one, tmp_path)
+    assert Programs.made_for(one).calls == {"measuring": 20, "due": 0, "idle": 0}
+    want, got = load_events(str(tmp_path)), load_events(str(log_dir))
+    for tag in ("grad_norm/global", "weight_norm/global", "update_ratio/global"):
+        expected, actual = scalar_series(want, tag), scalar_series(got, tag)
+        assert sorted(actual) == [0, 4, 8, 12, 16] == sorted(expected), tag
+        for step, value in expected.items():
+            np.testing.assert_allclose(actual[step], value, rtol=1e-6, err_msg=tag)
 
 
 def test_after_fit_the_model_measures_again_and_a_second_fit_reuses_both(
@@ -95,7 +120,8 @@ def test_after_fit_the_model_measures_again_and_a_second_fit_reuses_both(
     assert model.train_function is programs.measuring
     _fit(model, tmp_path, epochs=1)  # steps 20 to 29: 20, 21, 24, 28 due
     assert Programs.made_for(model) is programs
-    assert programs.calls == {"measuring": 12, "idle": 18}
+    # 20 (an epoch's first batch), 21 and 28 (histograms) measure; 24 due.
+    assert programs.calls == {"measuring": 7, "due": 5, "idle": 18}
     events = load_events(str(tmp_path))
     assert sorted(scalar_series(events, "grad_norm/global")) == [20, 24, 28]
 
@@ -143,7 +169,7 @@ def test_a_fit_shorter_than_its_compile_builds_one_program(tmp_path, monkeypatch
     model = _model(optimizer)
     _fit(model, tmp_path)
     programs = Programs.made_for(model)
-    assert programs.calls == {"measuring": 20, "idle": 0}
+    assert programs.calls == {"measuring": 20, "idle": 0, "due": 0}
     events = load_events(str(tmp_path))
     assert sorted(scalar_series(events, "grad_norm/global")) == [0, 4, 8, 12, 16]
 
@@ -220,6 +246,6 @@ def test_several_steps_a_call_measure_where_one_of_them_is_due(tmp_path):
         steps_per_execution=4,
     )
     _fit(model, tmp_path, epochs=2)
-    assert Programs.made_for(model).calls == {"measuring": 4, "idle": 2}
+    assert Programs.made_for(model).calls == {"measuring": 4, "idle": 2, "due": 0}
     events = load_events(str(tmp_path))
     assert sorted(scalar_series(events, "grad_norm/global")) == [0, 6, 12, 18]

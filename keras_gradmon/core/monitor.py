@@ -76,7 +76,7 @@ from keras_gradmon.core.state import (
     VariableStore,
 )
 from keras_gradmon.naming import match_groups, unique_paths
-from keras_gradmon.schedule import Schedule, measures
+from keras_gradmon.schedule import Schedule, measures, plan
 
 
 class EveryStep:
@@ -346,10 +346,7 @@ class GradientMonitor(EveryStep):
         step = ops.cast(step, backend.step_dtype())
         by_row = {i: g for g, i in zip(grads, indices) if g is not None}
         allowed = True if applied is None else applied
-        due = Due(
-            self.schedule.gate(step, allowed),
-            self.histogram_schedule.gate(step, allowed),
-        )
+        due = self._due(step, allowed)
         either = either_of(due)
         inputs = Inputs(step, by_row, self._weights(weights), clip, loss_scale)
 
@@ -359,6 +356,23 @@ class GradientMonitor(EveryStep):
 
         backend.update_if(either, record, store or VariableStore(self.state))
         return due
+
+    def _due(self, step: Any, allowed: Any) -> Due:
+        """What `measure` records at `step` where `allowed` holds: as each
+        schedule gates it, or, in a program the host planned
+        (`schedule.planned`), what the host knows is due, with no test of
+        the step."""
+        known = plan()
+        if known is None:
+            return Due(
+                self.schedule.gate(step, allowed),
+                self.histogram_schedule.gate(step, allowed),
+            )
+        scalars, histograms = known
+        return Due(
+            allowed if scalars and not self.schedule.never else False,
+            allowed if histograms and not self.histogram_schedule.never else False,
+        )
 
     def process(
         self,
