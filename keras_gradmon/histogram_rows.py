@@ -157,9 +157,10 @@ def readable_edges(low: Any, high: Any, k: int, ops: ArrayOps = NUMPY_OPS) -> An
     more than a tenth of a bucket. The first edge is rounded down and the
     last up, so they hold the range, each with one digit more where that
     would move it by more than a tenth. Each edge is the double nearest its
-    decimal (`float(f"{e:.3g}") == e` where 3 digits do). Past 15 digits,
-    or where rounding error would still move an edge by more than a tenth
-    or the edges would not increase (checked in float64), they stay exact.
+    decimal (`float(f"{e:.3g}") == e` where 3 digits are chosen). Past 15
+    digits (or two tenths of a bucket below 1e-307), or where rounding
+    error would still move an edge by more than a tenth or the edges would
+    not increase (checked in float64), they stay exact.
 
     Example:
 
