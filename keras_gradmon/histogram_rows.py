@@ -47,11 +47,9 @@ class ArrayOps(Protocol):
     def maximum(self, x: Any, y: Any) -> Any: ...
     def isfinite(self, x: Any) -> Any: ...
     def where(self, condition: Any, x: Any, y: Any) -> Any: ...
-    def all(self, x: Any, axis: int) -> Any: ...
-    def min(self, x: Any, axis: int) -> Any: ...
+    def all(self, x: Any, axis: int) -> Any: ...  # axis kept
     def sum(self, x: Any, axis: int) -> Any: ...  # axis kept; booleans: int64
     def take(self, table: np.ndarray, index: Any) -> Any: ...  # rows: axis 0
-    def take_each(self, x: Any, index: Any) -> Any: ...  # x[i, index[i]]
     def count_at_most(self, table: np.ndarray, x: Any) -> Any: ...
     def concat(self, parts: Sequence[Any], axis: int) -> Any: ...
     def stack(self, parts: Sequence[Any], axis: int) -> Any: ...
@@ -68,11 +66,7 @@ class _NumpyOps:
 
     @staticmethod
     def all(x: Any, axis: int) -> Any:
-        return np.all(x, axis=axis)
-
-    @staticmethod
-    def min(x: Any, axis: int) -> Any:
-        return np.min(x, axis=axis)
+        return np.all(x, axis=axis, keepdims=True)
 
     @staticmethod
     def sum(x: Any, axis: int) -> Any:
@@ -82,10 +76,6 @@ class _NumpyOps:
     @staticmethod
     def take(table: np.ndarray, index: Any) -> Any:
         return np.take(table, index, axis=0)
-
-    @staticmethod
-    def take_each(x: Any, index: Any) -> Any:
-        return x[np.arange(len(x)), index]
 
     @staticmethod
     def count_at_most(table: np.ndarray, x: Any) -> Any:
@@ -153,72 +143,96 @@ def _times_power_of_ten(m: Any, index: Any, ops: ArrayOps) -> Any:
 
 #: The integers of the outer edges' candidates: one below, at, one above.
 _STEPS = np.array([-1.0, 0.0, 1.0])[:, None, None, None]
-
-
-def _rounded(values: Any, ops: ArrayOps) -> Any:
-    """`[n, D, k + 1]`: edges `values` `[n, 1, k + 1]` at `EDGE_DIGITS` ..
-    `_MOST_DIGITS` significant digits, each the double nearest a decimal;
-    the first the largest such double at most the edge, the last the
-    smallest at least the edge (they still hold the range)."""
-    digits = np.arange(EDGE_DIGITS, _MOST_DIGITS + 1, dtype=np.int64)[:, None]
-    # An edge of decade e (10**e <= |edge|, e at least -307) at d digits is
-    # m * 10**p, p = e - d + 1 but at least -307; `index` is p + 307.
-    above_lowest = ops.count_at_most(powers_of_ten()[0], ops.abs(values))
-    index = ops.maximum(above_lowest - digits, np.int64(0))
-    # By an exact power of ten (|p| <= 22) the quotient is rounded once:
-    # an edge that is a short decimal gives an integer.
-    scale = ops.take(_scales(), index)
-    scaled = ops.where(index < -_LOWEST, values * scale, values / scale)
-    inner = _times_power_of_ten(ops.rint(scaled), index, ops)
-    low, high = _outer(values, scaled, index, ops)
-    return ops.concat([low, inner[:, :, 1:-1], high], 2)
-
-
-def _outer(values: Any, scaled: Any, index: Any, ops: ArrayOps) -> tuple[Any, Any]:
-    """The first and last edges `[n, D, 1]` of `_rounded`, from the edges'
-    `values`, quotients `scaled` and power indices `index` (`[n, D, k + 1]`);
-    only the outer columns (`::k`) are computed. The first is rounded down,
-    the last up, but the quotient was rounded, so the integer may be one
-    off: the first edge is the largest of the three candidates at most the
-    value, the last the smallest at least the value."""
-    k = scaled.shape[2] - 1
-    values, scaled, index = values[:, :, ::k], scaled[:, :, ::k], index[:, :, ::k]
-    m = ops.where(np.array([True, False]), ops.floor(scaled), ops.ceil(scaled))
-    candidates = _times_power_of_ten(m + _STEPS, index, ops)
-    below, at, above = ops.unstack(candidates, 0)
-    low = ops.where(above <= values, above, ops.where(at <= values, at, below))
-    high = ops.where(below >= values, below, ops.where(at >= values, at, above))
-    return low[:, :, :1], high[:, :, 1:]
+#: The outer edges' digits: the inner edges' ones, and one more.
+_MORE = np.array([[0], [1]], dtype=np.int64)
 
 
 def readable_edges(low: Any, high: Any, k: int, ops: ArrayOps = NUMPY_OPS) -> Any:
     """`[n, k + 1]` float64 edges of `k` equal buckets over `[low, high]`
     (float64 `[n, 1]`, `low < high`, the width finite), readable on an axis.
 
-    Each edge is rounded to the fewest significant digits, 3 at least, at
-    which none moves by more than a tenth of a bucket and they still
-    increase; the first is rounded down and the last up, so they hold the
-    range. Each is the double nearest its decimal (`float(f"{e:.3g}") == e`
-    where 3 digits do). Past 15 digits the edges stay exact.
+    The edges are rounded to `_digits` significant digits (3 at least), at
+    which the last digit of the largest edge is worth at most two tenths of
+    a bucket: the inner edges are rounded to the nearest, so none moves by
+    more than a tenth of a bucket. The first edge is rounded down and the
+    last up, so they hold the range, each with one digit more where that
+    would move it by more than a tenth. Each edge is the double nearest its
+    decimal (`float(f"{e:.3g}") == e` where 3 digits are chosen). Past 15
+    digits (or two tenths of a bucket below 1e-307), or where rounding
+    error would still move an edge by more than a tenth or the edges would
+    not increase (checked in float64), they stay exact.
 
     Example:
 
     >>> readable_edges(np.array([[6.0]]), np.array([[1.8e31]]), 2).tolist()
     [[6.0, 9e+30, 1.8e+31]]
     """
-    low, high = low[:, :, None], high[:, :, None]  # [n, 1, 1]
     width = high - low
     positions = np.arange(k + 1, dtype=np.float64) / k
-    exact = ops.concat([low, (low + width * positions)[:, :, 1:-1], high], 2)
+    exact = ops.concat([low, (low + width * positions)[:, 1:-1], high], 1)
     tolerance = 0.1 * width / k
-    rounded = _rounded(exact, ops)
+    digits = _digits(low, high, tolerance, ops)
+    most = np.int64(_MOST_DIGITS)
+    rounded = _rounded(exact, ops.where(digits > most, most, digits), tolerance, ops)
     moved = ops.abs(rounded - exact)
-    steps = rounded[:, :, 1:] - rounded[:, :, :-1]
-    fits = ops.all(moved <= tolerance, 2) & ops.all(steps > 0.0, 2)
-    # The fewest digits that fit; none: the exact edges, after the last.
-    tries = np.arange(_MOST_DIGITS - EDGE_DIGITS + 1, dtype=np.int64)
-    fewest = ops.min(ops.where(fits, tries, np.int64(len(tries))), 1)
-    return ops.take_each(ops.concat([rounded, exact], 1), fewest)
+    steps = rounded[:, 1:] - rounded[:, :-1]
+    fits = ops.all(moved <= tolerance, 1) & ops.all(steps > 0.0, 1)
+    return ops.where(fits & (digits <= most), rounded, exact)
+
+
+def _digits(low: Any, high: Any, tolerance: Any, ops: ArrayOps) -> Any:
+    """`[n, 1]` int64: `e - p + 1`, 3 at least, `e` the decade of the larger
+    of `|low|` and `|high|` and `p` that of twice `tolerance` (`10**e <= x <
+    10**(e + 1)`, against the doubles nearest the powers of ten); 16 where
+    twice `tolerance` is below 1e-307."""
+    larger = ops.maximum(ops.abs(low), ops.abs(high))
+    # The table's powers at most x: the decade + 308, 0 below 1e-307.
+    sizes = ops.concat([larger, 2.0 * tolerance], 1)
+    above = ops.count_at_most(powers_of_ten()[0], sizes)
+    above_e, above_p = above[:, :1], above[:, 1:]
+    digits = ops.maximum(above_e - above_p + 1, np.int64(EDGE_DIGITS))
+    return ops.where(above_p == 0, np.int64(_MOST_DIGITS + 1), digits)
+
+
+def _rounded(values: Any, digits: Any, tolerance: Any, ops: ArrayOps) -> Any:
+    """`[n, k + 1]`: edges `values` `[n, k + 1]` at `digits` `[n, 1]`
+    significant digits (int64, `EDGE_DIGITS` .. `_MOST_DIGITS`), each the
+    double nearest a decimal; the outer ones as `_outer`."""
+    # An edge of decade e (10**e <= |edge|, e at least -307) at d digits is
+    # m * 10**p, p = e - d + 1 but at least -307; `index` is p + 307.
+    above_lowest = ops.count_at_most(powers_of_ten()[0], ops.abs(values))
+    index = ops.maximum(above_lowest - digits, np.int64(0))
+    inner = _times_power_of_ten(ops.rint(_scaled(values, index, ops)), index, ops)
+    k = values.shape[1] - 1
+    # The outer edges at `digits` and one more (15 at most): `[n, 2, 2]`.
+    more = digits[:, :, None] + _MORE
+    more = ops.where(more > _MOST_DIGITS, np.int64(_MOST_DIGITS), more)
+    index = ops.maximum(above_lowest[:, None, ::k] - more, np.int64(0))
+    ends = _outer(values[:, None, ::k], index, ops)
+    fewer, longer = ops.unstack(ends, 1)
+    ends = ops.where(ops.abs(fewer - values[:, ::k]) <= tolerance, fewer, longer)
+    return ops.concat([ends[:, :1], inner[:, 1:-1], ends[:, 1:]], 1)
+
+
+def _scaled(values: Any, index: Any, ops: ArrayOps) -> Any:
+    """`values` over 10**p (`index` p + 307), rounded once where 10**|p| is
+    exact (|p| <= 22): an edge that is a short decimal gives an integer."""
+    scale = ops.take(_scales(), index)
+    return ops.where(index < -_LOWEST, values * scale, values / scale)
+
+
+def _outer(values: Any, index: Any, ops: ArrayOps) -> Any:
+    """The first and last edges `values` (`[..., 2]`) rounded down and up,
+    at the powers of ten of `index`. The quotient is rounded, so its floor
+    (ceiling) may be one off: the first edge is the largest of three
+    candidates at most the value, the last the smallest at least it."""
+    scaled = _scaled(values, index, ops)
+    m = ops.where(np.array([True, False]), ops.floor(scaled), ops.ceil(scaled))
+    candidates = _times_power_of_ten(m + _STEPS, index, ops)
+    below, at, above = ops.unstack(candidates, 0)
+    low = ops.where(above <= values, above, ops.where(at <= values, at, below))
+    high = ops.where(below >= values, below, ops.where(at >= values, at, above))
+    return ops.concat([low[..., :1], high[..., 1:]], -1)
 
 
 def readable_rows(counts: Any, value_ranges: Any, ops: ArrayOps = NUMPY_OPS) -> Any:

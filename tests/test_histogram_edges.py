@@ -46,8 +46,35 @@ def _decimal_edge(value: float, digits: int, how: str) -> float:
         return float(m * unit)
 
 
+def _decade(x: float) -> int:
+    """The largest p with 10**p (as the double nearest it) at most `x`."""
+    p = Decimal(x).adjusted()
+    if float(f"1e{p + 1}") <= x:
+        return p + 1
+    return p if float(f"1e{p}") <= x else p - 1
+
+
+def _reference_edges(low: float, high: float, k: int) -> np.ndarray:
+    """The edges of docs/tags.md's rule, spelled out with `decimal`."""
+    exact = low + (high - low) * (np.arange(k + 1, dtype=np.float64) / k)
+    exact[0], exact[-1] = low, high
+    tolerance = 0.1 * (high - low) / k
+    if 2 * tolerance < 1e-307:
+        return exact
+    digits = max(3, _decade(max(abs(low), abs(high))) - _decade(2 * tolerance) + 1)
+    if digits > 15:
+        return exact
+    rounded = np.array([_decimal_edge(e, digits, ROUND_HALF_EVEN) for e in exact])
+    for end, how in ((0, ROUND_FLOOR), (-1, ROUND_CEILING)):
+        rounded[end] = _decimal_edge(exact[end], digits, how)
+        if abs(rounded[end] - exact[end]) > tolerance:
+            rounded[end] = _decimal_edge(exact[end], min(digits + 1, 15), how)
+    fits = np.all(np.abs(rounded - exact) <= tolerance)
+    return rounded if fits and np.all(np.diff(rounded) > 0) else exact
+
+
 def reference_rows(counts: np.ndarray, low: float, high: float) -> np.ndarray:
-    """The rule of docs/tags.md, spelled out with `decimal`."""
+    """The rows of docs/tags.md's rule, spelled out with `decimal`."""
     k, counts = len(counts), np.asarray(counts, np.float64)
     if not (np.isfinite(low) and np.isfinite(high)):
         low = high = 0.0
@@ -57,17 +84,7 @@ def reference_rows(counts: np.ndarray, low: float, high: float) -> np.ndarray:
         value, low, high = low, low - magnitude / 2, low + magnitude / 2
     else:
         value = None
-    exact = low + (high - low) * (np.arange(k + 1, dtype=np.float64) / k)
-    exact[0], exact[-1] = low, high
-    edges = exact
-    for digits in range(3, 16):
-        hows = [ROUND_FLOOR] + [ROUND_HALF_EVEN] * (k - 1) + [ROUND_CEILING]
-        rounded = np.array([_decimal_edge(e, digits, h) for e, h in zip(exact, hows)])
-        if np.all(np.abs(rounded - exact) <= 0.1 * (high - low) / k) and np.all(
-            np.diff(rounded) > 0
-        ):
-            edges = rounded
-            break
+    edges = _reference_edges(low, high, k)
     if value is not None:
         bucket = int(np.sum(edges[:-1] <= value)) - 1
         counts = np.where(np.arange(k) == bucket, counts.sum(), 0.0)

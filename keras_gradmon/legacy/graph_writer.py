@@ -290,11 +290,7 @@ class _TensorFlowOps:
 
     @staticmethod
     def all(x: tf.Tensor, axis: int) -> tf.Tensor:
-        return tf.reduce_all(x, axis)
-
-    @staticmethod
-    def min(x: tf.Tensor, axis: int) -> tf.Tensor:
-        return tf.reduce_min(x, axis)
+        return tf.reduce_all(x, axis, keepdims=True)
 
     @staticmethod
     def sum(x: tf.Tensor, axis: int) -> tf.Tensor:
@@ -304,10 +300,6 @@ class _TensorFlowOps:
     @staticmethod
     def take(table: np.ndarray, index: tf.Tensor) -> tf.Tensor:
         return tf.gather(tf.constant(table), index)
-
-    @staticmethod
-    def take_each(x: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
-        return tf.gather(x, index, batch_dims=1)
 
     @staticmethod
     def count_at_most(table: np.ndarray, x: tf.Tensor) -> tf.Tensor:
