@@ -11,6 +11,8 @@ under a default summary writer; interleaved repetitions of 300 train steps
   every1     GradientMonitorOptimizer, all statistics and histograms every
              step, written from inside the step.       Target <= 2.0x.
   every100   the same every 100 steps, `common.function(agent.train)`.
+  every100d  statistics every 100 steps, the rest at the defaults
+             (histograms every 1,000), `common.function(agent.train)`.
   every100h  the same, `keras_gradmon.integrations.tf_agents.function(
              agent.train)`: traced measuring and not, chosen on the host
              at each call.                              Target <= 1.02x.
@@ -53,10 +55,11 @@ VARIANTS = {
     "tfagents": (True, None),
     "every1": (False, {"every_n_steps": 1, "histogram_every_n_steps": 1}),
     "every100": (False, EVERY100),
+    "every100d": (False, {"every_n_steps": 100}),
     "every100h": (False, EVERY100, True),
     "idle": (False, {"every_n_steps": 10**9, "histogram_every_n_steps": None}),
 }
-TARGETS = {"every1": 2.0, "every100": 1.02, "every100h": 1.02}
+TARGETS = {"every1": 2.0, "every100": 1.02, "every100d": 1.02, "every100h": 1.02}
 
 
 def make_train(summarize_grads: bool, monitor: dict | None, host: bool = False):

@@ -203,6 +203,21 @@ def either_of(due: Due) -> Any:
     return ops.logical_or(scalars, histograms)
 
 
+def within(due: Due, either: Any) -> Due:
+    """`due` as it stands inside the conditional on `either` (`either_of`):
+    a gate that is `either` itself holds there, so nothing tests it again.
+
+    Example:
+
+    >>> due = Due(object(), False)
+    >>> within(due, due.scalars)
+    Due(scalars=True, histograms=False)
+    """
+    return Due(
+        *(True if gate is either else gate for gate in (due.scalars, due.histograms))
+    )
+
+
 def when(
     pred: Any,
     either: Any,

@@ -12,9 +12,10 @@ from typing import Any
 import tensorflow as tf
 
 from keras_gradmon.backend import distribute
+from keras_gradmon.backend.tensorflow import run_if
 from keras_gradmon.core.config import MonitorConfig
 from keras_gradmon.core.measurement import Due, Processed
-from keras_gradmon.core.monitor import GradientMonitor
+from keras_gradmon.core.monitor import GradientMonitor, either_of, within
 from keras_gradmon.core.noise_scale import replicas
 from keras_gradmon.legacy.graph_writer import write_recorded
 from keras_gradmon.schedule import measures
@@ -148,7 +149,9 @@ class StepAdapter(MonitoredOptimizer):
         """`apply()` (the inner optimizer's update), the update/weight
         ratios measured around it (inside a `tf.function` or eagerly: a
         TF1 graph orders nothing after it), then the in-graph write of what
-        the step recorded. Returns what `apply()` returns."""
+        the step recorded, both in one conditional after the update (what a
+        step with nothing due runs of it: that test alone). Returns what
+        `apply()` returns."""
         monitor, before = self.monitor, None
         # The step's value now: the update may advance it (a cast to its own
         # dtype returns the variable itself).
@@ -158,10 +161,16 @@ class StepAdapter(MonitoredOptimizer):
             with tf.name_scope(self.name):
                 before = monitor.weights_before(done.due, variables, indices)
         result = apply()
+        present = present_rows(grads, indices)
+        either = either_of(done.due)
+
+        def recorded() -> None:
+            due = within(done.due, either)
+            monitor.record_updates(due, before, variables, indices)
+            write_recorded(monitor, step, due, present, self.name)
+
         with tf.name_scope(self.name):
-            monitor.record_updates(done.due, before, variables, indices)
-            present = present_rows(grads, indices)
-            write_recorded(monitor, step, done.due, present, self.name)
+            run_if(either, recorded)
         return result
 
     def step_variable(self) -> Any:
