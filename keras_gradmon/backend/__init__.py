@@ -223,6 +223,28 @@ def update_if(pred: Tensor | bool, fn: Callable[[dict], dict], store: Any) -> No
     current().update_if(pred, fn, store)
 
 
+def update_holding(
+    pred: Tensor | bool,
+    fn: Callable[[dict], dict],
+    store: Any,
+    hold: Tensor | bool,
+    variables: list[Any],
+) -> list[Any]:
+    """`update_if`, and `values_if(hold, variables)` from inside its
+    conditional (its taken branch; empty tensors from the other): one test
+    of the step where the two make two. `hold` is tested inside the taken
+    branch (True: held there with no further test).
+
+    Example:
+
+    >>> held = update_holding(due, fn, store, True, [v])  # doctest: +SKIP
+    """
+    if isinstance(pred, bool) or not variables:
+        update_if(pred, fn, store)
+        return values_if(hold if pred is True else False, variables)
+    return current().update_holding(pred, fn, store, hold, variables)
+
+
 def capture(variables: Sequence[Any], source: Callable | None, cache: dict) -> Any:
     """The values of the state `variables`, captured on the host without
     waiting for the device, as a sequence of array-likes (`np.asarray` of

@@ -159,6 +159,15 @@ def values_if(pred: Any, variables: list) -> list:
     return [jnp.asarray(v) for v in variables]
 
 
+def update_holding(
+    pred: Any, fn: Callable, store: Any, hold: Any, variables: list
+) -> list:
+    """`update_if`, and the variables' values (`values_if`: JAX holds values,
+    nothing is gated)."""
+    update_if(pred, fn, store)
+    return values_if(hold, variables)
+
+
 def replicas_in_sync() -> int:
     """1: Keras on JAX distributes by sharding, not replicas of a step.
 

@@ -169,13 +169,29 @@ def values_if(pred: tf.Tensor | bool, variables: list[Any]) -> list[tf.Tensor]:
 
     if pred is True:
         return held()
+    return tf.cond(pred, held, lambda: _empty(variables))
 
-    def empty() -> list[tf.Tensor]:
-        if in_xla_context():
-            return [tf.zeros(v.shape, _dtype(v)) for v in variables]
-        return [tf.zeros([0] * _rank(v), _dtype(v)) for v in variables]
 
-    return tf.cond(pred, held, empty)
+def _empty(variables: list[Any]) -> list[tf.Tensor]:
+    """What `values_if` gives where its test fails: empty tensors, or, under
+    XLA (one static shape), zeros of the variables' shapes."""
+    if in_xla_context():
+        return [tf.zeros(v.shape, _dtype(v)) for v in variables]
+    return [tf.zeros([0] * _rank(v), _dtype(v)) for v in variables]
+
+
+def update_holding(
+    pred: tf.Tensor, fn, store, hold: tf.Tensor | bool, variables: list[Any]
+) -> list[tf.Tensor]:
+    """`update_if`'s conditional, which also returns `values_if(hold,
+    variables)` from its taken branch and `_empty(variables)` from the
+    other (a branch returns its outputs, so it is `gate`'s, not `run_if`'s)."""
+
+    def taken() -> list[tf.Tensor]:
+        store.write(fn(store.read()))
+        return values_if(hold, variables)
+
+    return gate(pred, taken, lambda: _empty(variables))
 
 
 def _rank(variable: Any) -> int:

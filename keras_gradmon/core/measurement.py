@@ -115,11 +115,14 @@ class Due:
 @dataclasses.dataclass(frozen=True)
 class Processed:
     """The result of `GradientMonitor.process`: the gradients to apply,
-    whether to apply them (True: always), and what was recorded."""
+    whether to apply them (True: always), what was recorded, and the
+    weights before the update where `hold` asked for them (by row; None
+    where no update ratio is recorded)."""
 
     grads: list[Any]
     apply: Tensor | bool
     due: Due
+    before: Mapping[int, Any] | None = None
 
 
 def statistics_matrices(

@@ -356,8 +356,30 @@ class GradientMonitor(EveryStep):
             False for both, and nothing built, in a trace under
             `measuring(False)`.
         """
+        options = dict(clip=clip, applied=applied, loss_scale=loss_scale)
+        options.update(store=store, weights=weights)
+        return self.measure_holding(step, grads, indices, None, **options)[0]
+
+    def measure_holding(
+        self,
+        step: Any,
+        grads: Sequence[Any],
+        indices: Sequence[int],
+        hold: tuple[Sequence[Any], Sequence[int]] | None,
+        clip: ClipOutcome | None = None,
+        applied: Any = None,
+        loss_scale: Any = None,
+        store: Any = None,
+        weights: Mapping[int, Any] | None = None,
+    ) -> tuple[Due, dict[int, Any] | None]:
+        """`measure`, and, for `hold = (variables, rows)`, the variables'
+        values before the update where the update ratios are due, held in
+        the same conditional (`backend.update_holding`: one test of the
+        step where `measure` and `weights_before` make two), by row; None
+        where no update ratio is recorded. For the frameworks that update
+        the variables in place (TensorFlow)."""
         if not measures():
-            return Due(False, False)
+            return Due(False, False), None
         step = ops.cast(step, backend.step_dtype())
         by_row = {i: g for g, i in zip(grads, indices) if g is not None}
         allowed = True if applied is None else applied
@@ -369,8 +391,13 @@ class GradientMonitor(EveryStep):
             values = when(due.scalars, either, self._statistics, inputs, values)
             return when(due.histograms, either, self._histograms, inputs, values)
 
-        backend.update_if(either, record, store or VariableStore(self.state))
-        return due
+        store = store or VariableStore(self.state)
+        if hold is None or not self.layout.updates or due.scalars is False:
+            backend.update_if(either, record, store)
+            return due, None
+        scalars = within(due, either).scalars
+        held = backend.update_holding(either, record, store, scalars, list(hold[0]))
+        return due, dict(zip(hold[1], held))
 
     def _due(self, step: Any, allowed: Any) -> Due:
         """What `measure` records at `step` where `allowed` holds: as each
@@ -397,21 +424,23 @@ class GradientMonitor(EveryStep):
         store: Any = None,
         weights: Mapping[int, Any] | None = None,
         parts: Any = None,
+        hold: tuple[Sequence[Any], Sequence[int]] | None = None,
     ) -> Processed:
         """`clip`, then decide the skip (with `skip_nonfinite`: where not
         finite), then `measure`: the whole in-step work for an inner optimizer
         that applies every step it is given. A skipped step is measured too:
         its statistics show the NaN/Inf that caused the skip (the skip is
         counted first, so they show it too). `parts`: how the gradient
-        splits, for the noise scale (see `decide`)."""
+        splits, for the noise scale (see `decide`); `hold`: as for
+        `measure_holding`."""
         store = store or VariableStore(self.state)
         outcome = self.clip(grads, indices, store, weights)
         verdict, _ = self.decide(step, outcome, store, parts=parts)
-        due = self.measure(
-            step, grads, indices, clip=outcome, store=store, weights=weights
+        due, before = self.measure_holding(
+            step, grads, indices, hold, clip=outcome, store=store, weights=weights
         )
         handed_on = list(grads) if outcome is None else outcome.grads
-        return Processed(handed_on, verdict, due)
+        return Processed(handed_on, verdict, due, before)
 
     def measure_updates(
         self,

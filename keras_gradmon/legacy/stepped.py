@@ -118,16 +118,24 @@ class StepAdapter(MonitoredOptimizer):
         raise NotImplementedError
 
     def _process(
-        self, step: tf.Tensor, grads: list, indices: list[int], parts: Any = None
+        self,
+        step: tf.Tensor,
+        grads: list,
+        variables: list,
+        indices: list[int],
+        parts: Any = None,
     ) -> Processed:
         """`monitor.process` (`parts`: the noise scale's, see
-        `_replicas`); not in a trace under `measuring(False)` when the
+        `_replicas`), holding the weights before the update for the update
+        ratios in its conditional where an update is ordered after it
+        (`_ordered`); not in a trace under `measuring(False)` when the
         monitor has nothing to do on a step that is not due."""
         monitor = self.monitor
         if not measures() and not monitor.works_every_step:
             return Processed(list(grads), True, Due(False, False))
+        hold = (variables, indices) if _ordered() else None
         with tf.name_scope(self.name):
-            return monitor.process(step, grads, indices, parts=parts)
+            return monitor.process(step, grads, indices, parts=parts, hold=hold)
 
     def _replicas(self, grads: list) -> Any:
         """The replicas' parts of this replica's `grads` for the noise
@@ -152,14 +160,10 @@ class StepAdapter(MonitoredOptimizer):
         the step recorded, both in one conditional after the update (what a
         step with nothing due runs of it: that test alone). Returns what
         `apply()` returns."""
-        monitor, before = self.monitor, None
+        monitor, before = self.monitor, done.before
         # The step's value now: the update may advance it (a cast to its own
         # dtype returns the variable itself).
         step = tf.convert_to_tensor(step)
-        ordered = tf.inside_function() or tf.executing_eagerly()
-        if ordered:
-            with tf.name_scope(self.name):
-                before = monitor.weights_before(done.due, variables, indices)
         result = apply()
         present = present_rows(grads, indices)
         either = either_of(done.due)
@@ -203,3 +207,9 @@ class StepAdapter(MonitoredOptimizer):
         # `"get_slot_names" in dir(obj)`; the inner optimizer (a child of
         # this one) owns the slots, and listing them twice is an error.
         return [n for n in super().__dir__() if n != "get_slot_names"]
+
+
+def _ordered() -> bool:
+    """Whether the update ratios can be measured around the update: inside
+    a `tf.function` or eagerly (a TF1 graph orders nothing after it)."""
+    return tf.inside_function() or tf.executing_eagerly()

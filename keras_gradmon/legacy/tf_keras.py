@@ -152,7 +152,7 @@ class TfKerasGradientMonitorOptimizer(ConfigFromInner, StepAdapter, _CLASSIC_BAS
         self.build(variables)
         indices = [self._row(v) for v in variables]
         step = tf.cast(self.iterations if self._step is None else self._step, tf.int64)
-        done = self._process(step, grads, indices, parts)
+        done = self._process(step, grads, variables, indices, parts)
         kwargs["experimental_aggregate_gradients"] = False
 
         def apply(grads: list) -> Any:

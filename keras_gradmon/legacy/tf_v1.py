@@ -112,7 +112,7 @@ class V1GradientMonitorOptimizer(StepAdapter, _V1_BASE):
         self._build(variables)
         indices = [self._row(v) for v in variables]
         step = tf.cast(tf.convert_to_tensor(self._step_source(global_step)), tf.int64)
-        done = self._process(step, grads, indices)
+        done = self._process(step, grads, variables, indices)
 
         def apply() -> Any:
             updates = list(zip(done.grads, variables))
