@@ -804,6 +804,10 @@ class HistogramSnapshot:
 #: The step of a ring row never written.
 NO_STEP = -1
 
+#: Where a ring's count is in its steps variable (`core.state.Ring`): first,
+#: then the step of each row.
+COUNT = 0
+
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
@@ -847,9 +851,17 @@ class Cursor:
         return entries, lost
 
 
-def unpack(captured: Sequence[Any]) -> tuple[Any, Any, tuple]:
-    """`(count, steps, payloads)` of a captured ring (`Ring.capture`)."""
-    return captured[0], captured[1], tuple(captured[2:])
+def unpack(captured: Sequence[Any]) -> tuple[int, np.ndarray, tuple]:
+    """`(count, steps, payloads)` of a captured ring (`Ring.capture`: the
+    count and the steps in one array, `COUNT` first, then the payloads).
+
+    Example:
+
+    >>> unpack([np.array([2, 5, 7]), np.array([[0.5], [0.25]])])[:2]
+    (2, array([5, 7]))
+    """
+    steps = np.asarray(captured[0])
+    return int(steps[COUNT]), steps[COUNT + 1 :], tuple(captured[1:])
 
 
 def latest_entry(

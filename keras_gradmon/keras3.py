@@ -57,6 +57,10 @@ from keras_gradmon.writer import MonitorWriter
 
 _BACKENDS = ("tensorflow", "jax")
 
+#: What the base class creates for itself, saved before the monitor's state
+#: by the previous layout: its iteration count and learning rate.
+_BASE_VARIABLES = ("iteration", "learning_rate")
+
 
 def _check_backend() -> str:
     name = keras.backend.backend()
@@ -206,8 +210,13 @@ class GradientMonitorOptimizer(
     @property
     def variables(self) -> list:
         """The inner optimizer's variables (its iteration count first), then
-        this wrapper's: the monitor's state."""
-        return self.inner_optimizer.variables + self._variables
+        this wrapper's: the monitor's state. Not the base class's own
+        iteration count and learning rate, which nothing reads (both are
+        the inner optimizer's, forwarded): Keras's JAX trainer threads
+        every one of `variables` through each train step."""
+        unused = (self._iterations, self._learning_rate)
+        own = [v for v in self._variables if not any(v is u for u in unused)]
+        return self.inner_optimizer.variables + own
 
     def set_weights(self, weights: list) -> None:
         """Sets this wrapper's and the inner optimizer's variables, in the
@@ -251,6 +260,35 @@ class GradientMonitorOptimizer(
         restored from it (`BackupAndRestore`) does not write them again."""
         MonitorWriter.write_recorded(self.monitor)
         super().save_own_variables(store)
+
+    def load_own_variables(self, store: Any) -> None:
+        """Loads the inner optimizer's and the monitor's state, by position
+        in `variables`, as Keras does. A store of the previous layout
+        (before the rings' counts and the step counts were folded, with the
+        wrapper's base iteration count and learning rate) is converted.
+
+        Raises:
+            ValueError: If the store holds monitor state of neither layout.
+        """
+        size, inner = len(store.keys()), len(self.inner_optimizer.variables)
+        unbuilt = size <= inner + len(_BASE_VARIABLES)  # no monitor state in it
+        if not self.monitor.built or unbuilt or size == len(self.variables):
+            super().load_own_variables(store)  # Keras's warning where unequal
+            return
+        state = self.monitor.state
+        previous = inner + len(_BASE_VARIABLES) + len(state.previous_names())
+        if size != previous:
+            raise ValueError(
+                f"Optimizer {self.name!r} holds {len(self.variables)} variables "
+                f"({inner} of its inner optimizer, then the monitor's state); a "
+                f"store of its previous layout holds {previous}. The store does "
+                "not match: it was saved with other monitor options. Received: "
+                f"a store of {size} variables"
+            )
+        values = [store[str(i)] for i in range(size)]
+        own = state.upgrade(values[inner + len(_BASE_VARIABLES) :])
+        merged = values[:inner] + own
+        super().load_own_variables({str(i): v for i, v in enumerate(merged)})
 
     def scale_loss(self, loss: Any) -> Any:
         return self.inner_optimizer.scale_loss(loss)
@@ -533,10 +571,11 @@ class GradientMonitorOptimizer(
         return MicroBatches(int(k), completes, mean_sq)
 
     def _state_names(self) -> list[str | None]:
-        """The monitor-state name of each of the wrapper's own variables (None
-        for its base class's: its unused iteration count and learning rate)."""
+        """The monitor-state name of each of the wrapper's own variables (the
+        ones after the inner optimizer's in `variables`)."""
         names = {id(v): n for n, v in self.monitor.state.variables.items()}
-        return [names.get(id(v)) for v in self._variables]
+        own = self.variables[len(self.inner_optimizer.variables) :]
+        return [names.get(id(v)) for v in own]
 
     def _resolve_variables(self, trainable_variables: list | None) -> list:
         if trainable_variables is None:

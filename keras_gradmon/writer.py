@@ -337,7 +337,7 @@ class MonitorWriter:
     @property
     def writes(self) -> bool:
         """Whether this process writes (False on non-chief workers)."""
-        return chief_writes(self.monitor.state.scalars.count)
+        return chief_writes(self.monitor.state.scalars.steps)
 
     @property
     def dropped(self) -> dict[str, int]:

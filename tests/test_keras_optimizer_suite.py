@@ -49,8 +49,6 @@ DIFFERENCES = {
     "`_accumulated_gradients` and `_iterations` (the inner optimizer's)",
     "optimizer.test_overwrite_with_gradient_with_gradient_accumulation": "reads "
     "the private `_iterations`",
-    "optimizer.test_setting_lr_to_callable_untracks_lr_var": "counts the "
-    "optimizer's own tracked variables",
     "optimizer.test_get_method": "compares `optimizers.get` results by class",
     "optimizer.test_optimizer_auto_naming": "checks auto-generated names "
     "against the optimizer class name",

@@ -518,7 +518,7 @@ class AlertChecker:
         self.engine = engine
         self.delivery = delivery
         delivery.tag_scope = monitor.config.tag_scope
-        delivery.writes = lambda: chief_writes(monitor.state.scalars.count)
+        delivery.writes = lambda: chief_writes(monitor.state.scalars.steps)
         # The rules listen to what the writer publishes, on a hub of their
         # own: the numbers are the writer's to record, the flags go to the
         # delivery's hub.

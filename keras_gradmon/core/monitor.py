@@ -70,6 +70,9 @@ from keras_gradmon.core.measurement import (
 )
 from keras_gradmon.core.signals import StepSignals, update_ratios
 from keras_gradmon.core.state import (
+    CLIPPED,
+    SKIPPED,
+    STEPS,
     Layout,
     MonitorState,
     VariableFactory,
@@ -115,9 +118,8 @@ class EveryStep:
         )
         new = {f"clip_{name}": value for name, value in result.state.items()}
         clipped = ops.cast(result.post_norm < pre_norm, "int32")
-        counts = values["clip_counts"]
-        step_counts = ops.cast(ops.stack([1, clipped]), counts.dtype)
-        new["clip_counts"] = counts + step_counts
+        counts = values["step_counts"]  # [skipped, steps, clipped]
+        new["step_counts"] = counts + ops.cast(ops.stack([0, 1, clipped]), counts.dtype)
         store.write(new)
         for k, g in zip(rows, result.grads):
             out[k] = g
@@ -136,9 +138,10 @@ class EveryStep:
     def count_skipped(self, applied: Any, store: Any = None) -> None:
         """Counts a step that will not be applied (`applied` false)."""
         store = store or VariableStore(self.state)
-        skipped = store.read()["skipped_steps"]
-        missed = ops.cast(ops.logical_not(applied), skipped.dtype)
-        store.write({"skipped_steps": skipped + missed})
+        counts = store.read()["step_counts"]  # [skipped, steps, clipped]
+        missed = ops.cast(ops.logical_not(applied), counts.dtype)
+        zero = ops.zeros_like(missed)
+        store.write({"step_counts": counts + ops.stack([missed, zero, zero])})
 
     def decide(
         self,
@@ -249,9 +252,11 @@ def clip_totals(
         clip_scale=ops.where(ops.equal(pre, 0.0), 1.0, post / pre),
     )
     if clipping:
-        counts = ops.cast(values["clip_counts"], "float32")
-        totals["clip_fraction"] = counts[1] / ops.maximum(counts[0], 1.0)
-        values["clip_counts"] = ops.zeros_like(values["clip_counts"])
+        counts = values["step_counts"]  # [skipped, steps, clipped]
+        steps, clipped = (ops.cast(counts[k], "float32") for k in (STEPS, CLIPPED))
+        totals["clip_fraction"] = clipped / ops.maximum(steps, 1.0)
+        reset = ops.zeros_like(counts[STEPS:])  # the skipped steps stay
+        values["step_counts"] = ops.concatenate([counts[:STEPS], reset], 0)
     return totals
 
 
@@ -517,7 +522,7 @@ class GradientMonitor(EveryStep):
         totals = dict(
             **clip_totals(inputs.clip, values, self.clip_rule is not None),
             **signals,
-            skipped_steps=ops.cast(values["skipped_steps"], "float32"),
+            skipped_steps=ops.cast(values["step_counts"][SKIPPED], "float32"),
         )
         if inputs.loss_scale is not None:
             totals["loss_scale"] = inputs.loss_scale

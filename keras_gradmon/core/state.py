@@ -25,7 +25,7 @@ import numpy as np
 from keras import ops
 
 from keras_gradmon import backend
-from keras_gradmon.columns import NO_STEP, Layout
+from keras_gradmon.columns import COUNT, Layout
 from keras_gradmon.core.measurement import (
     HistogramMeasurement,
     Measurement,
@@ -35,10 +35,20 @@ from keras_gradmon.core.measurement import (
 #: `make_variable(name, shape, dtype, initial_value)`.
 VariableFactory = Callable[[str, tuple, str, float], Any]
 
+#: Positions in `MonitorState.step_counts`: the steps skipped so far, then
+#: the steps and the clipped steps since the last summary.
+SKIPPED, STEPS, CLIPPED = 0, 1, 2
+
 
 class Ring:
     """`capacity` rows of one or more payloads, with the step of each row
     and the number of rows pushed so far, as state variables.
+
+    The count and the steps share one int variable (`steps`, named
+    `<prefix>_steps`) of `capacity + 1` elements: the count at `COUNT`,
+    then the step of each row. It starts at 0: only rows below the count
+    are ever read. One variable a ring fewer is one array fewer in the
+    state JAX's trainer threads through every train step.
 
     Inside the step the ring is pure: `push` maps the state values (a dict
     keyed by variable name) to new ones, which the caller writes back
@@ -46,8 +56,7 @@ class Ring:
 
     Args:
         make_variable: Creates one variable: `(name, shape, dtype, initial)`.
-        prefix: Names the variables (`<prefix>_count`, `<prefix>_steps`,
-            `<prefix>_<payload>`).
+        prefix: Names the variables (`<prefix>_steps`, `<prefix>_<payload>`).
         capacity: How many rows are kept.
         payloads: `(name, row shape, dtype)` of each payload.
         reader: Captures variables on the host (`MonitorState.capture`).
@@ -63,10 +72,10 @@ class Ring:
     ) -> None:
         self.capacity = capacity
         self.reader = reader
-        self.count_key, self.steps_key = f"{prefix}_count", f"{prefix}_steps"
+        self.prefix = prefix
+        self.steps_key = f"{prefix}_steps"
         self.payload_keys = [f"{prefix}_{name}" for name, _, _ in payloads]
-        self.count = make_variable(self.count_key, (), "int64", 0)
-        self.steps = make_variable(self.steps_key, (capacity,), "int64", NO_STEP)
+        self.steps = make_variable(self.steps_key, (capacity + 1,), "int64", 0)
         self.payloads = [
             make_variable(key, (capacity, *shape), dtype, 0)
             for key, (_, shape, dtype) in zip(self.payload_keys, payloads)
@@ -74,22 +83,25 @@ class Ring:
 
     @property
     def variables(self) -> dict[str, Any]:
-        """`{name: variable}` of the count, the steps and the payloads."""
-        keys = [self.count_key, self.steps_key, *self.payload_keys]
-        return dict(zip(keys, [self.count, self.steps, *self.payloads]))
+        """`{name: variable}` of the count and steps, then of the payloads."""
+        keys = [self.steps_key, *self.payload_keys]
+        return dict(zip(keys, [self.steps, *self.payloads]))
 
     # Inside the step (pure) ------------------------------------------------
 
     def push(self, values: dict, step: Any, rows: Sequence[Any]) -> dict:
         """`values` with one row of each payload, and its step, written over
         the oldest, and the count advanced."""
-        count = values[self.count_key]
-        slot = ops.reshape(ops.mod(count, self.capacity), [1, 1])
+        steps = values[self.steps_key]
+        count = steps[COUNT]
+        slot = ops.mod(count, self.capacity)
         out = dict(values)
         for key, row in zip(self.payload_keys, rows):
-            out[key] = _put_row(values[key], slot, row)
-        out[self.steps_key] = _put_row(values[self.steps_key], slot, step)
-        out[self.count_key] = count + 1
+            out[key] = _put_row(values[key], ops.reshape(slot, [1, 1]), row)
+        # The count and the row's step, in one scatter.
+        at = ops.stack([ops.full_like(slot, COUNT), slot + COUNT + 1])
+        new = ops.stack([count + 1, ops.cast(step, count.dtype)])
+        out[self.steps_key] = ops.scatter_update(steps, ops.reshape(at, [2, 1]), new)
         return out
 
     def amend(self, values: dict, start: int, data: Any) -> dict:
@@ -97,7 +109,7 @@ class Ring:
         payload from column `start` on: a number measured later in the
         step than the row was pushed."""
         [key] = self.payload_keys
-        slot = ops.mod(values[self.count_key] - 1, self.capacity)
+        slot = self._newest(values)
         row = ops.take(values[key], slot, axis=0)
         data = ops.cast(data, row.dtype)
         end = start + int(data.shape[0])
@@ -106,19 +118,23 @@ class Ring:
 
     def latest(self, values: dict) -> list[Any]:
         """The newest row of each payload of the state `values`."""
-        slot = ops.mod(values[self.count_key] - 1, self.capacity)
+        slot = self._newest(values)
         return [ops.take(values[key], slot, axis=0) for key in self.payload_keys]
+
+    def _newest(self, values: dict) -> Any:
+        return ops.mod(values[self.steps_key][COUNT] - 1, self.capacity)
 
     # Host side -------------------------------------------------------------
 
     def capture(self) -> Sequence[Any]:
-        """`(count, steps, *payloads)` as array-likes, without waiting for
-        them: cheap enough for the training thread."""
+        """`(count and steps, *payloads)` as array-likes, without waiting
+        for them: cheap enough for the training thread (`columns.unpack`
+        splits the first)."""
         return self.reader(list(self.variables.values()))
 
     def read_count(self) -> int:
         """How many rows were pushed so far (one host read)."""
-        return int(np.asarray(self.reader([self.count])[0]))
+        return int(np.asarray(self.reader([self.steps])[0])[COUNT])
 
 
 def _put_row(current: Any, slot: Any, row: Any) -> Any:
@@ -135,6 +151,8 @@ class MonitorState:
     reads all reach the recorders. Histograms are kept the same way
     (`histograms`: bucket counts, then ranges; the gradients' rows, then
     the weights'). A summary step writes one row of a few variables.
+    `step_counts` holds the numbers every step may advance (`SKIPPED`,
+    `STEPS`, `CLIPPED`).
 
     Inside the step the state is a dict of values keyed by variable name
     (`variables`); the monitor's functions map values to new values, and a
@@ -166,10 +184,9 @@ class MonitorState:
         self._readers: dict = {}
         row = [("values", (layout.size,), "float32")]
         self.scalars = Ring(make_variable, "stats", layout.history, row, self.capture)
-        # Every step: the skipped steps so far, and [steps, clipped steps]
-        # since the last summary.
-        self.skipped = make_variable("skipped_steps", (), "int64", 0)
-        self.clip_counts = make_variable("clip_counts", (2,), "int64", 0)
+        # Every step: the skipped steps so far, then the steps and the
+        # clipped steps since the last summary (`SKIPPED`, `STEPS`, `CLIPPED`).
+        self.step_counts = make_variable("step_counts", (3,), "int64", 0)
         self.clip = {
             name: make_variable(f"clip_{name}", shape, dtype, initial)
             for name, (shape, dtype, initial) in (clip_spec or {}).items()
@@ -195,7 +212,7 @@ class MonitorState:
     def variables(self) -> dict[str, Any]:
         """Every state variable by name."""
         found = dict(self.scalars.variables)
-        found.update(skipped_steps=self.skipped, clip_counts=self.clip_counts)
+        found.update(step_counts=self.step_counts)
         found.update({f"clip_{name}": v for name, v in self.clip.items()})
         found.update(self.signals)
         if self.histograms is not None:
@@ -268,6 +285,49 @@ class MonitorState:
     def capture_histograms(self) -> Sequence[Any] | None:
         """The histogram ring, or None when histograms are off."""
         return None if self.histograms is None else self.histograms.capture()
+
+    # Checkpoints of the previous layout ------------------------------------
+
+    def previous_names(self) -> list[str]:
+        """The names of this state's variables, in creation order, in the
+        layout before this one: each ring's count a variable of its own
+        (`<prefix>_count`, before `<prefix>_steps`), and `skipped_steps`
+        and `clip_counts` in place of `step_counts`."""
+        parts = self._previous_parts()
+        return [old for name in self.variables for old in parts.get(name, [name])]
+
+    def upgrade(self, values: Sequence[Any]) -> list[np.ndarray]:
+        """The values of `variables`, in order, from `values` saved in the
+        previous layout (`previous_names`, in that order).
+
+        Example:
+
+        >>> state.upgrade(saved)  # doctest: +SKIP
+        """
+        old = dict(zip(self.previous_names(), (np.asarray(v) for v in values)))
+        parts = self._previous_parts()
+        out = []
+        for name, variable in self.variables.items():
+            joined = [np.reshape(old[p], [-1]) for p in parts.get(name, [])]
+            value = np.concatenate(joined) if joined else old[name]
+            if tuple(value.shape) != tuple(variable.shape):
+                raise ValueError(
+                    f"The saved value of the monitor state's `{name}` has shape "
+                    f"{tuple(value.shape)}; this monitor's has shape "
+                    f"{tuple(variable.shape)}: it was saved with other options "
+                    "(`summary_history`, histograms, weight statistics, groups, "
+                    "clipping, signals). Received: a checkpoint of the previous "
+                    "state layout"
+                )
+            out.append(value)
+        return out
+
+    def _previous_parts(self) -> dict[str, list[str]]:
+        """`{name: the previous layout's variables it joins, in order}`."""
+        rings = [r for r in (self.scalars, self.histograms) if r is not None]
+        parts = {r.steps_key: [f"{r.prefix}_count", r.steps_key] for r in rings}
+        parts["step_counts"] = ["skipped_steps", "clip_counts"]
+        return parts
 
 
 class VariableStore:

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 import keras_gradmon
+from keras_gradmon.core.state import SKIPPED
 from tests.helpers import LOSS, data, mlp
 
 GLOBAL_BATCH = 16
@@ -109,7 +110,7 @@ def _skipped(optimizer: Any) -> int:
     """The monitor's count of skipped steps now (the snapshot holds the
     count of the latest recorded step)."""
     monitor = getattr(optimizer, "monitor", None)
-    return -1 if monitor is None else int(monitor.state.skipped.numpy())
+    return -1 if monitor is None else int(monitor.state.step_counts.numpy()[SKIPPED])
 
 
 def _distributed(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset) -> Any:
