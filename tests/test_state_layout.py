@@ -89,10 +89,10 @@ def test_the_state_is_six_variables_at_the_defaults():
     optimizer.build(model.trainable_variables)
     names = [v.name for v in _own(optimizer)]
     assert names == [
-        "stats_steps",
+        "stats_index",
         "stats_values",
         "step_counts",
-        "hist_steps",
+        "hist_index",
         "hist_counts",
         "hist_ranges",
     ]
@@ -112,18 +112,18 @@ def test_a_store_of_the_previous_layout_loads_every_value_in_its_place():
         np.testing.assert_array_equal(variable.numpy(), want, variable.path)
     state = {v.name: v.numpy() for v in _own(optimizer)}
     assert list(state) == [
-        "stats_steps",
+        "stats_index",
         "stats_values",
         "step_counts",
         "clip_buffer",
         "clip_count",
-        "hist_steps",
+        "hist_index",
         "hist_counts",
         "hist_ranges",
     ]
-    assert state["stats_steps"].tolist() == [6, 4, 5, 2, 3]
+    assert state["stats_index"].tolist() == [6, 4, 5, 2, 3]
     assert state["step_counts"].tolist() == [3, 7, 2]
-    assert state["hist_steps"].tolist() == [2, 0, 4, -1, -1]
+    assert state["hist_index"].tolist() == [2, 0, 4, -1, -1]
     assert state["clip_count"] == 11
     for name in ("stats_values", "clip_buffer", "hist_counts", "hist_ranges"):
         np.testing.assert_array_equal(state[name], old[name], name)
@@ -175,7 +175,7 @@ def test_a_previous_store_of_other_options_is_refused_by_the_variable():
     _, optimizer = _built()
     store, _ = _previous_store(optimizer)
     _, longer = _built(history=HISTORY + 1)
-    with pytest.raises(ValueError, match=r"`stats_steps` has shape \(5,\); this "):
+    with pytest.raises(ValueError, match=r"`stats_index` has shape \(5,\); this "):
         longer.load_own_variables(store)
 
 

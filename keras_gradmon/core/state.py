@@ -45,10 +45,13 @@ class Ring:
     and the number of rows pushed so far, as state variables.
 
     The count and the steps share one int variable (`steps`, named
-    `<prefix>_steps`) of `capacity + 1` elements: the count at `COUNT`,
+    `<prefix>_index`) of `capacity + 1` elements: the count at `COUNT`,
     then the step of each row. It starts at 0: only rows below the count
     are ever read. One variable a ring fewer is one array fewer in the
-    state JAX's trainer threads through every train step.
+    state JAX's trainer threads through every train step. Its name is not
+    the previous layout's `<prefix>_steps` (a `capacity`-element vector):
+    a TensorFlow checkpoint of that layout, restored by name, leaves it at
+    its start instead of failing on its shape.
 
     Inside the step the ring is pure: `push` maps the state values (a dict
     keyed by variable name) to new ones, which the caller writes back
@@ -56,7 +59,7 @@ class Ring:
 
     Args:
         make_variable: Creates one variable: `(name, shape, dtype, initial)`.
-        prefix: Names the variables (`<prefix>_steps`, `<prefix>_<payload>`).
+        prefix: Names the variables (`<prefix>_index`, `<prefix>_<payload>`).
         capacity: How many rows are kept.
         payloads: `(name, row shape, dtype)` of each payload.
         reader: Captures variables on the host (`MonitorState.capture`).
@@ -73,7 +76,7 @@ class Ring:
         self.capacity = capacity
         self.reader = reader
         self.prefix = prefix
-        self.steps_key = f"{prefix}_steps"
+        self.steps_key = f"{prefix}_index"
         self.payload_keys = [f"{prefix}_{name}" for name, _, _ in payloads]
         self.steps = make_variable(self.steps_key, (capacity + 1,), "int64", 0)
         self.payloads = [
@@ -325,7 +328,9 @@ class MonitorState:
     def _previous_parts(self) -> dict[str, list[str]]:
         """`{name: the previous layout's variables it joins, in order}`."""
         rings = [r for r in (self.scalars, self.histograms) if r is not None]
-        parts = {r.steps_key: [f"{r.prefix}_count", r.steps_key] for r in rings}
+        parts = {
+            r.steps_key: [f"{r.prefix}_count", f"{r.prefix}_steps"] for r in rings
+        }
         parts["step_counts"] = ["skipped_steps", "clip_counts"]
         return parts
 
