@@ -200,11 +200,12 @@ def test_nonfinite_gradients_are_counted_and_do_not_crash(mode):
 
 def test_model_fit_under_xla_matches_unwrapped_and_traces_once(tmp_path, monkeypatch):
     traces = []
-    measure = GradientMonitor.measure
-    # Python runs `measure` only while TensorFlow traces the step.
+    measure = GradientMonitor.measure_holding
+    # Python runs `measure_holding` (what `measure` and `process` run) only
+    # while TensorFlow traces the step.
     monkeypatch.setattr(
         GradientMonitor,
-        "measure",
+        "measure_holding",
         lambda self, *a, **k: traces.append(1) or measure(self, *a, **k),
     )
     x, y = data(n=128)
