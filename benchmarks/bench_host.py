@@ -1,0 +1,83 @@
+"""What the monitor costs the host a step, where a step is almost all host.
+
+A one-layer model (Dense 4 -> 1, batch 1, SGD, `jit_compile=True`) trained
+in `fit` epochs of 2,048 steps: its device work is a few microseconds, so
+what a monitored step adds over a plain one is what the host does per step
+(the callback's batch hooks, the program choice, and on JAX the state
+arrays Keras threads through each step), plus its due steps (one in 100,
+each measuring: on TensorFlow a few milliseconds, about half of the
+defaults' figure there). Interleaved repetitions of:
+
+  plain     the unwrapped optimizer, no callback: the baseline.
+  defaults  GradientMonitorOptimizer at the defaults + GradientMonitorCallback
+            (two or three programs chosen on the host).
+  nocb      the same optimizer without the callback (one program, its
+            conditional every step).
+
+It prints the min and median microseconds a step and the least CPU time a
+step (all threads) of each, and the min overhead over plain.
+
+    .venv/bin/python benchmarks/bench_host.py
+    KERAS_BACKEND=jax .venv/bin/python benchmarks/bench_host.py --reps 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import keras
+import numpy as np
+
+import keras_gradmon
+
+STEPS = 2048
+
+
+def build(variant: str) -> tuple[keras.Model, list]:
+    """The compiled model of `variant` and its callbacks."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.01)
+    callbacks = []
+    if variant != "plain":
+        optimizer = keras_gradmon.GradientMonitorOptimizer(optimizer)
+    if variant == "defaults":
+        log_dir = tempfile.mkdtemp(prefix="bench_host_")
+        callbacks = [keras_gradmon.GradientMonitorCallback(log_dir, alerts=False)]
+    model.compile(optimizer, "mse", jit_compile=True)
+    return model, callbacks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=7)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    x = rng.random((STEPS, 4), np.float32)
+    y = rng.random((STEPS, 1), np.float32)
+    runs = {name: build(name) for name in ("plain", "defaults", "nocb")}
+    for model, callbacks in runs.values():  # compiles; past the programs' wait
+        model.fit(x, y, batch_size=1, epochs=2, verbose=0, callbacks=callbacks)
+    wall: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.reps):
+        for name, (model, callbacks) in runs.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            model.fit(x, y, batch_size=1, epochs=1, verbose=0, callbacks=callbacks)
+            wall[name].append((time.perf_counter() - start) / STEPS * 1e6)
+            cpu[name].append((time.process_time() - start_cpu) / STEPS * 1e6)
+    backend = keras.backend.backend()
+    for name in runs:
+        over = min(wall[name]) - min(wall["plain"])
+        print(
+            f"{backend} {name}: min {min(wall[name]):.1f} us a step, median "
+            f"{statistics.median(wall[name]):.1f}, CPU min {min(cpu[name]):.1f} "
+            f"(min over plain: {over:+.1f} us)"
+        )
+
+
+if __name__ == "__main__":
+    main()
