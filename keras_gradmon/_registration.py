@@ -48,8 +48,8 @@ def _register_loaded(done: str | None = None) -> None:
     for library, adapter in _ADAPTERS.items():
         if library in _registered or not _imported(library, done):
             continue
-        if library == "keras" and not _keras_on_tensorflow():
-            continue  # the Keras 3 adapter is TensorFlow's (for now)
+        if library == "keras" and not _keras_backend_supported():
+            continue
         # An incomplete install (or a half-imported TensorFlow) is not
         # `import keras_gradmon`'s error; `load_model` says what is missing.
         with contextlib.suppress(ImportError):
@@ -57,12 +57,13 @@ def _register_loaded(done: str | None = None) -> None:
             _registered.add(library)
 
 
-def _keras_on_tensorflow() -> bool:
-    """Whether the imported Keras runs on TensorFlow (`KERAS_BACKEND`):
-    on another backend, registering would import TensorFlow for nothing."""
+def _keras_backend_supported() -> bool:
+    """Whether the imported Keras runs on a backend the Keras 3 adapter
+    supports (`KERAS_BACKEND`: TensorFlow or JAX; on JAX it imports no
+    TensorFlow); on another, its import would fail."""
     backend = getattr(sys.modules["keras"], "backend", None)
     try:
-        return backend.backend() == "tensorflow"
+        return backend.backend() in ("tensorflow", "jax")
     except AttributeError:  # Keras half-imported: try at the next trigger
         return False
 
