@@ -90,7 +90,7 @@ def _assert_event_matches(events, layer: str, step: int, y: np.ndarray) -> None:
     counts, low, high = reference_histogram(y, side.BUCKETS)
     rows = histogram_series(events, f"activation_hist/{layer}")[step]
     assert rows[:, 2].tolist() == counts.tolist(), (layer, step)
-    # The edges are rounded (`columns.readable_rows`): outward at the ends, by at
+    # The edges are rounded (`histogram_rows.readable_rows`): outward at the ends, by at
     # most a tenth of a bucket.
     width = (high - low) / side.BUCKETS
     assert rows[0, 0] <= low and rows[-1, 1] >= high
