@@ -104,14 +104,13 @@ class Programs:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         plans, self._plans = self._plans, []
         if plans and self._idle_ready():
+            # Each traces its step under its own `planned` (`_function`).
             if not any(due for due, _ in plans):
                 self.calls["idle"] += 1
-                with planned(False):  # read while the idle program is traced
-                    return self.idle(*args, **kwargs)
+                return self.idle(*args, **kwargs)
             if self.due is not None and all(known for due, known in plans if due):
                 self.calls["due"] += 1
-                with planned(True):
-                    return self.due(*args, **kwargs)
+                return self.due(*args, **kwargs)
         self.calls["measuring"] += 1
         start = time.monotonic()
         result = self.measuring(*args, **kwargs)
