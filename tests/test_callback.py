@@ -73,8 +73,11 @@ def _check_variable(step0: dict, path: str, g: np.ndarray, w: np.ndarray) -> Non
         assert f"grad_to_weight/{path}" not in step0
 
 
-def test_event_files_hold_the_reference_statistics(tmp_path):
-    events, grads, weights, _, _ = _fit(
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """2 epochs of 4 steps, statistics every 2 steps, histograms every 3."""
+    tmp_path = tmp_path_factory.mktemp("callback")
+    return tmp_path, _fit(
         tmp_path,
         epochs=2,
         every_n_steps=2,
@@ -82,6 +85,10 @@ def test_event_files_hold_the_reference_statistics(tmp_path):
         histogram_buckets=10,
         groups={"head": "head"},
     )
+
+
+def test_event_files_hold_the_reference_statistics(fitted):
+    events, grads, weights, _, _ = fitted[1]
     assert scalar_series(events, "grad_norm/global").keys() == {0, 2, 4, 6}
     flat = np.concatenate([g.ravel() for g in grads]).astype(np.float64)
     series = {
@@ -112,8 +119,8 @@ def test_event_files_hold_the_reference_statistics(tmp_path):
         assert histogram_series(events, f"weight_hist/{path}")[0][:, 2].sum() == w.size
 
 
-def test_histograms_are_readable_by_the_histogram_plugin(tmp_path):
-    events, *_ = _fit(tmp_path, every_n_steps=1, histogram_every_n_steps=1)
+def test_histograms_are_readable_by_the_histogram_plugin(fitted):
+    events = fitted[1][0]
     from tensorboard.plugins.histogram import metadata
 
     for tag in ("grad_hist/mlp/hidden/kernel", "weight_hist/mlp/head/bias"):
@@ -124,13 +131,14 @@ def test_histograms_are_readable_by_the_histogram_plugin(tmp_path):
     )
 
 
-def test_global_norm_goes_to_keras_logs(tmp_path):
-    _, _, _, optimizer, history = _fit(
-        tmp_path, epochs=2, every_n_steps=1, histogram_every_n_steps=None
-    )
+def test_global_norm_goes_to_keras_logs(fitted):
+    tmp_path, (_, _, _, optimizer, history) = fitted
     norms = history.history["grad_norm"]
     assert len(norms) == 2
+    # The last batch (step 7) keeps step 6's value: the latest snapshot.
+    assert optimizer.snapshot().step == 6
     assert norms[-1] == pytest.approx(optimizer.snapshot().totals["grad_norm"])
+    assert norms[0] != pytest.approx(norms[1])
     with open(tmp_path / "log.csv") as f:
         rows = list(csv.DictReader(f))
     assert [float(r["grad_norm"]) for r in rows] == pytest.approx(norms)
