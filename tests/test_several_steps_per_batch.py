@@ -81,9 +81,9 @@ def _real():
     return np.random.default_rng(0).normal(size=(BATCHES * BATCH, 6)).astype("f4")
 
 
-def _fit_gan(tmp_path, callbacks, every=1, **options):
+def _fit_gan(callbacks, **options):
     critic_opt = GradientMonitorOptimizer(
-        keras.optimizers.Adam(1e-3), every_n_steps=every, **options
+        keras.optimizers.Adam(1e-3), every_n_steps=1, **options
     )
     gan = CriticGan(critic_opt, keras.optimizers.Adam(1e-3), BATCHES * CRITIC_STEPS)
     gan.compile()
@@ -97,7 +97,6 @@ def _fit_gan(tmp_path, callbacks, every=1, **options):
 def test_three_applies_per_batch_write_every_step(tmp_path):
     log_dir = str(tmp_path / "critic")
     gan, _ = _fit_gan(
-        tmp_path,
         [lambda opt: GradientSummaryCallback(log_dir, optimizer=opt)],
         histogram_every_n_steps=1,
     )
@@ -114,7 +113,6 @@ def test_a_history_too_small_is_reported_and_counted(tmp_path, caplog):
     log_dir = str(tmp_path / "critic")
     with caplog.at_level(logging.WARNING, logger="keras_gradmon"):
         gan, made = _fit_gan(
-            tmp_path,
             [lambda opt: GradientSummaryCallback(log_dir, optimizer=opt)],
             summary_history=2,
         )
@@ -133,17 +131,40 @@ def test_a_history_too_small_is_reported_and_counted(tmp_path, caplog):
     assert dropped == {b * CRITIC_STEPS + 1: float(b + 1) for b in range(BATCHES)}
 
 
-def test_alert_rules_see_every_step(tmp_path):
-    rule = ThresholdRule(warning=1e-30)  # fires on every summary
-    _, made = _fit_gan(
-        tmp_path,
-        [
-            lambda opt: keras_gradmon.GradientAlertCallback(
-                rules={"any": rule}, optimizer=opt
-            )
-        ],
-    )
-    fired = sorted({a.step for a in made[0].alerts if a.subject == "global"})
+class _AlertSteps(keras.callbacks.Callback):
+    """After each batch, the newest step the alert rules have seen."""
+
+    def __init__(self, alert_callback):
+        super().__init__()
+        self.alert_callback = alert_callback
+        self.newest = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        steps = [a.step for a in self.alert_callback.alerts]
+        self.newest.append(max(steps, default=-1))
+
+
+@pytest.fixture(scope="module")
+def alerted():
+    """A fit (every step due) with an alert rule that fires on every
+    summary, and a reader of the newest step alerted after each batch."""
+    made = {}
+
+    def alert_for(optimizer):
+        rules = {"any": ThresholdRule(warning=1e-30)}
+        made["alert"] = keras_gradmon.GradientAlertCallback(rules, optimizer=optimizer)
+        return made["alert"]
+
+    def reader_for(optimizer):
+        made["reader"] = _AlertSteps(made["alert"])
+        return made["reader"]
+
+    _fit_gan([alert_for, reader_for])
+    return made
+
+
+def test_alert_rules_see_every_step(alerted):
+    fired = sorted({a.step for a in alerted["alert"].alerts if a.subject == "global"})
     assert fired == list(range(BATCHES * CRITIC_STEPS))
 
 
@@ -180,8 +201,9 @@ class _LogsReader(keras.callbacks.Callback):
         self.seen.append(logs["grad_norm"])
 
 
-@pytest.mark.parametrize("every", [1, 2])
-def test_logs_hold_the_batch_own_value(tmp_path, every):
+def test_logs_hold_the_batch_own_value(tmp_path):
+    # Every 2 steps: due batches (their own value) and the others.
+    every = 2
     from tests.helpers import LOSS, data, mlp
 
     x, y = data(n=64)
@@ -241,33 +263,7 @@ def test_custom_train_step_callback_says_to_pass_the_optimizer(tmp_path):
     assert 0 in norms
 
 
-class _AlertSteps(keras.callbacks.Callback):
-    """After each batch, the newest step the alert rules have seen."""
-
-    def __init__(self, alert_callback):
-        super().__init__()
-        self.alert_callback = alert_callback
-        self.newest = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        steps = [a.step for a in self.alert_callback.alerts]
-        self.newest.append(max(steps, default=-1))
-
-
-def test_alert_rules_see_each_batch_steps_at_its_end(tmp_path):
-    made = {}
-
-    def alert_for(optimizer):
-        rules = {"any": ThresholdRule(warning=1e-30)}
-        made["alert"] = keras_gradmon.GradientAlertCallback(rules, optimizer=optimizer)
-        return made["alert"]
-
-    def reader_for(optimizer):
-        made["reader"] = _AlertSteps(made["alert"])
-        return made["reader"]
-
-    _fit_gan(tmp_path, [alert_for, reader_for], every=2)
-    # Batch b applies steps 3b..3b+2; the due ones (every 2) are checked at
-    # its end, not later.
-    expected = [max(s for s in range(3 * b + 3) if s % 2 == 0) for b in range(BATCHES)]
-    assert made["reader"].newest == expected
+def test_alert_rules_see_each_batch_steps_at_its_end(alerted):
+    # Batch b applies steps 3b..3b+2, each due: all are checked at its end,
+    # not later (a batch late would give [-1, 2, 5, 8]).
+    assert alerted["reader"].newest == [3 * b + 2 for b in range(BATCHES)]
