@@ -27,14 +27,14 @@ def _data():
     return x, rng.integers(0, 4, BATCH * STEPS_PER_EPOCH)
 
 
-def _model(optimizer):
+def _model(optimizer, jit_compile=True):
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [keras.Input((16,)), keras.layers.Dense(8, activation="relu"),
          keras.layers.Dense(4)]
     )  # fmt: skip
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(optimizer=optimizer, loss=loss, jit_compile=True)
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
     return model
 
 
@@ -91,20 +91,30 @@ def test_steps_with_nothing_due_run_the_idle_program(fitted):
     assert Programs.made_for(model).calls == calls
 
 
-def test_the_due_program_records_what_the_measuring_one_does(fitted, tmp_path):
+@pytest.fixture(scope="module")
+def one_program(tmp_path_factory):
+    """The fit of `fitted`'s monitored model with the patience of a real
+    run: 20 steps take less than the first call's compile, so the
+    measuring program runs every call."""
+    optimizer = keras_gradmon.GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-2), every_n_steps=4, histogram_every_n_steps=7
+    )
+    model = _model(optimizer)
+    log_dir = tmp_path_factory.mktemp("one_program")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Programs, "patience", 1.0)
+        _fit(model, log_dir)
+    return model, log_dir
+
+
+def test_the_due_program_records_what_the_measuring_one_does(fitted, one_program):
     """The same fit with one program (the measuring one, every call):
     the same steps recorded, the same numbers (to float32 rounding: XLA
     fuses the reductions differently without the conditional)."""
     _, _, log_dir = fitted
-    optimizer = keras_gradmon.GradientMonitorOptimizer(
-        keras.optimizers.Adam(1e-2), every_n_steps=4, histogram_every_n_steps=7
-    )
-    one = _model(optimizer)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Programs, "patience", float("inf"))
-        _fit(one, tmp_path)
+    one, one_dir = one_program
     assert Programs.made_for(one).calls == {"measuring": 20, "due": 0, "idle": 0}
-    want, got = load_events(str(tmp_path)), load_events(str(log_dir))
+    want, got = load_events(str(one_dir)), load_events(str(log_dir))
     for tag in ("grad_norm/global", "weight_norm/global", "update_ratio/global"):
         expected, actual = scalar_series(want, tag), scalar_series(got, tag)
         assert sorted(actual) == [0, 4, 8, 12, 16] == sorted(expected), tag
@@ -161,17 +171,14 @@ def test_the_idle_program_waits_until_the_run_has_lasted_its_first_call(
     assert calls[-1] == "idle"
 
 
-def test_a_fit_shorter_than_its_compile_builds_one_program(tmp_path, monkeypatch):
-    monkeypatch.setattr(Programs, "patience", 1.0)
-    optimizer = keras_gradmon.GradientMonitorOptimizer(
-        keras.optimizers.Adam(1e-2), every_n_steps=4
-    )
-    model = _model(optimizer)
-    _fit(model, tmp_path)
+def test_a_fit_shorter_than_its_compile_builds_one_program(one_program):
+    model, log_dir = one_program
     programs = Programs.made_for(model)
     assert programs.calls == {"measuring": 20, "idle": 0, "due": 0}
-    events = load_events(str(tmp_path))
+    events = load_events(str(log_dir))
     assert sorted(scalar_series(events, "grad_norm/global")) == [0, 4, 8, 12, 16]
+    path = model.layers[0].kernel.path
+    assert sorted(histogram_series(events, f"grad_hist/{path}")) == [0, 7, 14]
 
 
 @pytest.mark.parametrize("option", ["skip_nonfinite", "skip_spikes"])
@@ -181,7 +188,7 @@ def test_one_program_where_a_step_can_be_skipped(option, tmp_path):
     optimizer = keras_gradmon.GradientMonitorOptimizer(
         keras.optimizers.Adam(1e-2), every_n_steps=4, **{option: True}
     )
-    model = _model(optimizer)
+    model = _model(optimizer, jit_compile=False)  # decided on the host
     _fit(model, tmp_path, epochs=1)
     assert Programs.made_for(model) is None
     events = load_events(str(tmp_path))
@@ -239,10 +246,12 @@ def test_several_steps_a_call_measure_where_one_of_them_is_due(tmp_path):
         keras.optimizers.Adam(1e-2), every_n_steps=6, histogram_every_n_steps=None
     )
     model = _model(optimizer)
+    # Which program runs is decided on the host: no XLA compile needed
+    # (test_callback.py writes each summary of such calls under XLA).
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=True,
+        jit_compile=False,
         steps_per_execution=4,
     )
     _fit(model, tmp_path, epochs=2)
