@@ -43,14 +43,16 @@ def _stats(values, mode="eager", dtype=tf.float32):
     return dict(zip(STATISTICS, out.tolist()))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(arrays, scales)
 def test_matches_float64_reference(values, scale):
     values = _scaled(values, scale)
     assert_statistics_close(_stats(values), reference_statistics(values))
 
 
-@settings(max_examples=12, deadline=None)  # each example an XLA compile
+# Each example an XLA compile (its shape's): the float64 reference test
+# above explores the values; these show the compiled reductions agree.
+@settings(max_examples=5, deadline=None)
 @given(arrays, scales)
 def test_matches_reference_under_xla(values, scale):
     values = _scaled(values, scale)
@@ -119,21 +121,23 @@ def test_known_values():
     np.testing.assert_allclose(float(out["mean"]), -1.0 / 3.0, rtol=1e-7)
 
 
-@pytest.mark.parametrize(
-    "names", [("norm",), ("norm", "nonfinite"), ("mean",), ("std", "min"), ("max_abs",)]
-)
-def test_subsets_compute_only_what_is_asked(names, mode):
+SUBSETS = [("norm",), ("norm", "nonfinite"), ("mean",), ("std", "min"), ("max_abs",)]
+
+
+def test_subsets_compute_only_what_is_asked(mode):
+    # Every subset in one function: one trace (one XLA compile) per mode.
     values = np.array([1e30, -2e30, np.nan, 0.0, 3e29], np.float32)
-    fn = compile_fn(lambda x: tensor_statistics(x, names), mode)
-    out = fn(tf.constant(values))
-    assert set(out) == set(names)
+    fn = compile_fn(lambda x: [tensor_statistics(x, names) for names in SUBSETS], mode)
     expected = reference_statistics(values)
-    assert_statistics_close(
-        {**expected, **{k: v.numpy() for k, v in out.items()}}, expected
-    )
-    stacked = stack_statistics(tf.constant(values), names).numpy()
-    for i, name in enumerate(STATISTICS):
-        assert np.isnan(stacked[i]) == (name not in names or np.isnan(expected[name]))
+    for names, out in zip(SUBSETS, fn(tf.constant(values))):
+        assert set(out) == set(names)
+        assert_statistics_close(
+            {**expected, **{k: v.numpy() for k, v in out.items()}}, expected
+        )
+        stacked = stack_statistics(tf.constant(values), names).numpy()
+        for i, name in enumerate(STATISTICS):
+            want = name not in names or np.isnan(expected[name])
+            assert np.isnan(stacked[i]) == want, (names, name)
 
 
 def test_unknown_statistic_is_rejected():
