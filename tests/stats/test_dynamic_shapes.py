@@ -2,6 +2,7 @@
 an `Embedding`'s `tf.IndexedSlices` passed into a `tf.function`, an
 `input_signature` of unknown dims, `reduce_retracing` relaxing shapes."""
 
+import functools
 from collections import Counter
 
 import numpy as np
@@ -28,10 +29,16 @@ from tests.stats.test_batched import _hard_cases, _scaled, batches
 
 def _unknown(fn, tensors, rank=None):
     """`fn(tensors)` traced with every shape unknown (rank too, by default)."""
+    return _traced(fn, tuple(t.dtype for t in tensors), rank)(tensors)
+
+
+@functools.cache
+def _traced(fn, dtypes, rank):
+    """One trace per function, dtypes and rank: its shapes are unknown, so
+    the hypothesis examples of one length and dtypes all run the same one."""
     shape = None if rank is None else [None] * rank
-    spec = [[tf.TensorSpec(shape, t.dtype) for t in tensors]]
-    traced = tf.function(fn, input_signature=spec, autograph=False)
-    return traced(tensors)
+    spec = [[tf.TensorSpec(shape, dtype) for dtype in dtypes]]
+    return tf.function(fn, input_signature=spec, autograph=False)
 
 
 def _check_rows(rows, held) -> None:
