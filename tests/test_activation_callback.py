@@ -19,12 +19,15 @@ def _data(n=96):
     return x, (x[:, 0] > 0).astype("int32")
 
 
-def _fit(model, callbacks, epochs=2, learning_rate=0.1, **compile_options):
+def _fit(model, callbacks, epochs=2, jit_compile=False, **compile_options):
+    """Fits `model` on `_data`. Without XLA unless asked: the probe is a
+    `tf.function` of its own, the same either way, and a graph compiles in
+    half the time; the test of the default (XLA) is the first one."""
     x, y = _data()
     optimizer = keras_gradmon.GradientMonitorOptimizer(
-        keras.optimizers.SGD(learning_rate), every_n_steps=2
+        keras.optimizers.SGD(0.1), every_n_steps=2
     )
-    model.compile(optimizer, LOSS, jit_compile=True, **compile_options)
+    model.compile(optimizer, LOSS, jit_compile=jit_compile, **compile_options)
     return model.fit(
         x, y, batch_size=16, epochs=epochs, shuffle=False, verbose=0,
         callbacks=callbacks,
@@ -44,6 +47,7 @@ def test_steps_align_with_gradient_summaries_and_describe_that_steps_weights(
             keras_gradmon.GradientSummaryCallback(log_dir),
             ActivationMonitorCallback(probe, log_dir=log_dir, every_n_steps=2),
         ],
+        jit_compile=True,  # the default a user gets
     )
     events = load_events(log_dir)
     grad_steps = scalar_series(events, "grad_norm/global").keys()

@@ -365,6 +365,7 @@ def test_a_recurrent_layer_is_measured_by_its_output_not_its_cell(kind):
         "activation_std"
     ].keys() == {"rec/h"}
     callback = keras_gradmon.ActivationMonitorCallback(x, every_n_steps=1)
-    model.compile("adam", "mse")
+    # The probe is a `tf.function` of its own: the fit needs no XLA.
+    model.compile("adam", "mse", jit_compile=False)
     model.fit(x, x[:, 0, :1], epochs=2, verbose=0, callbacks=[callback])
     assert callback.monitor.latest.step == 1

@@ -3,8 +3,9 @@ at 32x32, trained as a new user would (`tests/scenarios/applications.py`),
 raises no alert while healthy, where the fixed levels of 0.2 raised one on
 most layers from step 10 on; and a ReLU layer killed at step 25 (its
 BatchNorm offset pushed to -100) is caught at the next activation summary,
-step 30, in one console line per rule. The 300-step runs, ResNet50V2 and
-the other architectures are `benchmarks/bench_alerts.py`."""
+step 30, in one console line per rule; the run ends there (31 steps; its
+cost is the first step's tracing and compiling). The 300-step runs,
+ResNet50V2 and the other architectures are `benchmarks/bench_alerts.py`."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def killed():
-    return application("MobileNetV3Small", 40, fault="dead_layer", onset=25)
+    return application("MobileNetV3Small", 31, fault="dead_layer", onset=25)
 
 
 def test_no_alert_while_healthy_where_the_fixed_levels_fired(killed):
