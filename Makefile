@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-tf test-jax test-agents lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,14 +21,25 @@ demo: $(STAMP)
 # tf-agents needs TF_USE_LEGACY_KERAS=1 before TensorFlow is imported, and
 # Keras picks its backend once per process, so their tests and the JAX
 # backend's (tests/jax) run in processes of their own.
-# Each process runs its tests on both cores (pytest-xdist, a test file per
-# worker at a time: the fixtures a file shares are built once).
-XDIST := -n 2 --dist loadfile
+# The three run at once (`make -j3`), each printing when it ends
+# (--output-sync): one alone leaves a core idle at times (its start, its
+# last file, waits on subprocesses), and the others fill it.
+# The TF process runs its tests on both cores (pytest-xdist, a test file per
+# worker at a time: the fixtures a file shares are built once); the JAX and
+# tf-agents ones share the cores with it, on one worker each.
+PYTEST := TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q
 test: $(STAMP)
 	$(PY) -m ruff check .
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q $(XDIST) --ignore=tests/agents
-	KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q $(XDIST) tests/jax
-	TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -q $(XDIST) tests/agents
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-tf test-jax test-agents
+
+test-tf: $(STAMP)
+	$(PYTEST) -n 2 --dist loadfile --ignore=tests/agents
+
+test-jax: $(STAMP)
+	KERAS_BACKEND=jax $(PYTEST) -n 1 tests/jax
+
+test-agents: $(STAMP)
+	TF_USE_LEGACY_KERAS=1 $(PYTEST) -n 1 tests/agents
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
