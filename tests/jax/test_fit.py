@@ -35,6 +35,14 @@ def _inner_state(optimizer) -> list:
     return [keras.ops.convert_to_numpy(v) for v in optimizer.variables]
 
 
+@pytest.fixture(scope="module")
+def plain_200_steps() -> tuple[list, list]:
+    """The unwrapped Adam's 200 steps, shared by the wrapped runs: the
+    weights and the optimizer's variables after them."""
+    plain = _fit(keras.optimizers.Adam(1e-3), 200)
+    return plain.get_weights(), _inner_state(plain.optimizer)
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -42,14 +50,12 @@ def _inner_state(optimizer) -> list:
         dict(every_n_steps=1, weight_statistics=False),
     ],
 )
-def test_training_unchanged_for_200_steps(options):
-    plain = _fit(keras.optimizers.Adam(1e-3), 200)
+def test_training_unchanged_for_200_steps(options, plain_200_steps):
+    weights, inner = plain_200_steps
     monitored = GradientMonitorOptimizer(keras.optimizers.Adam(1e-3), **options)
     wrapped = _fit(monitored, 200)
-    assert states_equal(plain.get_weights(), wrapped.get_weights())
-    assert states_equal(
-        _inner_state(plain.optimizer), _inner_state(monitored.inner_optimizer)
-    )
+    assert states_equal(weights, wrapped.get_weights())
+    assert states_equal(inner, _inner_state(monitored.inner_optimizer))
     snapshot = monitored.snapshot()
     assert snapshot.step == (196 if options["every_n_steps"] == 7 else 199)
     assert np.isfinite(snapshot.totals["grad_norm"])

@@ -41,8 +41,14 @@ def _tensors(cases: dict) -> list:
     return [as_dtype(name, v, ops) for name, v in cases.items()]
 
 
-def test_statistics_match_float64_reference(cases):
-    rows = np.asarray(jax.jit(batched.batched_statistics)(_tensors(cases)))
+@pytest.fixture(scope="module")
+def case_rows(cases) -> np.ndarray:
+    """`batched_statistics` of every case, jitted: one compile, shared."""
+    return np.asarray(jax.jit(batched.batched_statistics)(_tensors(cases)))
+
+
+def test_statistics_match_float64_reference(cases, case_rows):
+    rows = case_rows
     assert rows.dtype == np.float32 and rows.shape == (len(cases), len(STATISTICS))
     for row, name in zip(rows, cases):
         want = reference_statistics(held(name, cases[name], ops))
@@ -91,9 +97,9 @@ def test_each_statistic_alone_matches_its_reference(name, batch):
     assert_rows_close(compute([jnp.asarray(v) for v in values]), values, [name])
 
 
-def test_a_statistic_in_one_module_joins_the_batched_program(cases):
+def test_a_statistic_in_one_module_joins_the_batched_program(cases, case_rows):
     held_values = [held(name, v, ops) for name, v in cases.items()]
-    alone = jax.jit(batched.batched_statistics)(_tensors(cases))
+    alone = case_rows
     with toys.registered():
         compute = jax.jit(lambda ts: batched.batched_statistics(ts, toys.NAMES))
         toys.assert_toy_rows(compute(_tensors(cases)), alone, held_values)
@@ -115,10 +121,10 @@ def test_float16_squares_do_not_overflow():
     np.testing.assert_allclose(rows[0, 0], 60000.0 * np.sqrt(1000), rtol=1e-6)
 
 
-def test_names_subset_and_single_tensor(cases):
+def test_names_subset_and_single_tensor(cases, case_rows):
     names = ("norm", "nonfinite")
     rows = jax.jit(lambda ts: batched.batched_statistics(ts, names))(_tensors(cases))
-    full = np.asarray(batched.batched_statistics(_tensors(cases)))
+    full = case_rows  # eager, the empty batch below and float16 above
     for i, name in enumerate(STATISTICS):
         if name in names:
             np.testing.assert_allclose(rows[:, i], full[:, i], rtol=1e-6)
@@ -227,12 +233,12 @@ def test_careful_path_is_a_real_conditional():
     np.testing.assert_allclose(rows[0, 0], 5e30, rtol=1e-6)
 
 
-def test_parity_with_tensorflow_backend(cases, tmp_path):
+def test_parity_with_tensorflow_backend(cases, case_rows, tmp_path):
     source, target = tmp_path / "in.npz", tmp_path / "out.npz"
     np.savez(source, **cases)
     run_python(["-m", "tests.jax.tf_side", str(source), str(target)], "tensorflow")
     tensors = _tensors(cases)
-    rows = np.asarray(jax.jit(batched.batched_statistics)(tensors))
+    rows = case_rows
     counts, ranges = jax.jit(lambda ts: batched.batched_bucket_counts(ts, BUCKETS))(
         tensors
     )
