@@ -35,7 +35,11 @@ def _gradients(rng: np.random.Generator, huge: int, scale: float) -> list:
     return [tf.constant(g) for g in grads]
 
 
-def _train(method: str, skip: bool, grads_per_step: list, mode: str = "eager"):
+def _train(
+    method: str, skip: bool, grads_per_step: list, mode: str = "eager"
+) -> tuple[list, list]:
+    """The variables, and the snapshot after each step, of a run of
+    `grads_per_step` in `mode` (one trace for every step)."""
     variables = [keras.Variable(np.ones(s, "float32")) for s in SHAPES]
     optimizer = GradientMonitorOptimizer(
         keras.optimizers.SGD(0.1),
@@ -44,9 +48,11 @@ def _train(method: str, skip: bool, grads_per_step: list, mode: str = "eager"):
         skip_nonfinite=skip,
     )
     step = compile_fn(lambda *g: optimizer.apply(list(g), variables), mode)
+    snapshots = []
     for grads in grads_per_step:
         step(*grads)
-    return variables, optimizer.snapshot()
+        snapshots.append(optimizer.snapshot())
+    return variables, snapshots
 
 
 @settings(max_examples=25, deadline=None)
@@ -63,33 +69,15 @@ def test_finite_gradients_of_any_size_give_finite_weights(
     rng = np.random.default_rng(seed)
     scale = float(np.float32(10.0**exponent))
     steps = [_gradients(rng, huge, scale) for _ in range(3)]
-    variables, snapshot = _train(method, skip, steps)
+    variables, snapshots = _train(method, skip, steps)
     for v in variables:
         assert np.isfinite(v.numpy()).all(), (method, skip, scale)
-    totals = snapshot.totals
+    totals = snapshots[-1].totals
     assert np.isfinite(totals["clip_post_norm"])
     if skip:
         assert totals["skipped_steps"] == 0  # nothing real to skip
     if method == "global_norm" and totals["clip_pre_norm"] > 1.0:
         assert totals["clip_post_norm"] == pytest.approx(1.0, rel=1e-5)
-
-
-def _train_compiled(method: str, grads_per_step: list) -> tuple[list, list]:
-    """`_train` under XLA with skipping on, one compile for every step:
-    the variables and the snapshot after each step."""
-    variables = [keras.Variable(np.ones(s, "float32")) for s in SHAPES]
-    optimizer = GradientMonitorOptimizer(
-        keras.optimizers.SGD(0.1),
-        every_n_steps=1,
-        clipping=METHODS[method],
-        skip_nonfinite=True,
-    )
-    step = compile_fn(lambda *g: optimizer.apply(list(g), variables), "xla")
-    snapshots = []
-    for grads in grads_per_step:
-        step(*grads)
-        snapshots.append(optimizer.snapshot())
-    return variables, snapshots
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
@@ -100,7 +88,7 @@ def test_under_xla(method):
     rng = np.random.default_rng(0)
     scales = (3e38, 3e38, 1e30, 1e30)
     steps = [_gradients(rng, 1, scale) for scale in scales]
-    variables, snapshots = _train_compiled(method, steps)
+    variables, snapshots = _train(method, True, steps, "xla")
     assert all(np.isfinite(v.numpy()).all() for v in variables)
     assert snapshots[-1].totals["skipped_steps"] == 0
     # Per-variable norms are right wherever they fit in float32.
@@ -119,7 +107,7 @@ def test_under_xla(method):
 def test_huge_gradients_are_clipped_to_max_norm_not_zeroed():
     rng = np.random.default_rng(3)
     grads = _gradients(rng, 0, 1e30)
-    variables, snapshot = _train("global_norm", False, [grads])
+    variables, [snapshot] = _train("global_norm", False, [grads])
     applied = [1.0 - v.numpy() for v in variables]  # SGD(0.1): 0.1 * clipped
     norm = np.sqrt(sum(np.sum(np.float64(a) ** 2) for a in applied)) / 0.1
     assert norm == pytest.approx(1.0, rel=1e-5)
@@ -131,7 +119,7 @@ def test_a_real_nan_is_still_skipped():
     rng = np.random.default_rng(4)
     grads = _gradients(rng, 2, 1e30)
     grads[0] = tf.constant([np.nan, 1.0, 2.0, 3.0])
-    variables, snapshot = _train("global_norm", True, [grads])
+    variables, [snapshot] = _train("global_norm", True, [grads])
     assert snapshot.totals["skipped_steps"] == 1
     for v in variables:
         np.testing.assert_array_equal(v.numpy(), np.ones(v.shape, "float32"))
