@@ -94,12 +94,8 @@ def _fit_gan(callbacks, **options):
     return gan, made
 
 
-def test_three_applies_per_batch_write_every_step(tmp_path):
-    log_dir = str(tmp_path / "critic")
-    gan, _ = _fit_gan(
-        [lambda opt: GradientSummaryCallback(log_dir, optimizer=opt)],
-        histogram_every_n_steps=1,
-    )
+def test_three_applies_per_batch_write_every_step(alerted):
+    gan, log_dir = alerted["gan"], alerted["log_dir"]
     events = load_events(log_dir)
     norms = scalar_series(events, "grad_norm/global")
     steps = list(range(BATCHES * CRITIC_STEPS))
@@ -145,10 +141,14 @@ class _AlertSteps(keras.callbacks.Callback):
 
 
 @pytest.fixture(scope="module")
-def alerted():
-    """A fit (every step due) with an alert rule that fires on every
-    summary, and a reader of the newest step alerted after each batch."""
-    made = {}
+def alerted(tmp_path_factory):
+    """One fit (every step due, histograms too) written to `log_dir`, with
+    an alert rule that fires on every summary, and a reader of the newest
+    step alerted after each batch."""
+    made = {"log_dir": str(tmp_path_factory.mktemp("critic"))}
+
+    def summary_for(optimizer):
+        return GradientSummaryCallback(made["log_dir"], optimizer=optimizer)
 
     def alert_for(optimizer):
         rules = {"any": ThresholdRule(warning=1e-30)}
@@ -159,7 +159,9 @@ def alerted():
         made["reader"] = _AlertSteps(made["alert"])
         return made["reader"]
 
-    _fit_gan([alert_for, reader_for])
+    made["gan"], _ = _fit_gan(
+        [summary_for, alert_for, reader_for], histogram_every_n_steps=1
+    )
     return made
 
 

@@ -64,7 +64,8 @@ def test_half_precision_keeps_dtype_and_matches_float32(rule, mode):
         assert set(state) == set(want_state)
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
+@pytest.mark.parametrize("mode", ["eager", "function"])  # shapes and dtypes
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)  # set at tracing
 def test_state_matches_its_spec(rule, mode):
     assert rule.state_spec() == SPECS[rule.name]
     _, _, state = _run(rule, mode, tf.float32)
