@@ -79,7 +79,7 @@ def _scaled(batch) -> list[np.ndarray]:
         return [flush_subnormals(v.astype("f8") * k) for v, k in batch]
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)  # each example a compile
 @given(batches)
 def test_random_batches_match_float64_reference(batch):
     values = _scaled(batch)
