@@ -4,8 +4,9 @@ the same weights and the same gradients, applied eagerly step by step
 
     python -m tests.jax.monitor_side IN.npz OUT.npz   (KERAS_BACKEND set)
 
-`IN.npz` holds `weight_<i>`, `grad_<step>_<i>` and JSON `configs` (by
-name); `OUT.npz` gets each run's state and its variables after the run.
+`IN.npz` holds `weight_<i>`, `grad_<step>_<i>`, JSON `configs` (by
+name) and JSON `gaps` (the names of those run without the gradient `GAP`);
+`OUT.npz` gets each run's state and its variables after the run.
 """
 
 from __future__ import annotations
@@ -15,11 +16,16 @@ import sys
 
 import numpy as np
 
+#: The gradient a run with a gap lacks: variable 5's at step 1 (a step of
+#: another structure, so a second compile of the monitored step).
+GAP = "grad_1_5"
+
 
 def scenario(seed: int = 0, steps: int = 4) -> dict[str, np.ndarray]:
     """Weights and gradients of a small conv net's shapes: normal values,
     a gradient with zeros and huge values, one step with a NaN (skipped
-    under `skip_nonfinite`), and a variable without a gradient at step 1."""
+    under `skip_nonfinite`), and the gradient `GAP`, which `run(gap=True)`
+    leaves out (a variable without a gradient at step 1)."""
     rng = np.random.default_rng(seed)
     shapes = [(3, 3, 3, 8), (8,), (8,), (8,), (32, 16), (16,), (16, 3), (3,)]
     data = {
@@ -35,15 +41,16 @@ def scenario(seed: int = 0, steps: int = 4) -> dict[str, np.ndarray]:
             data[f"grad_{step}_{i}"] = grad
     data[f"grad_2_{0}"][0, 0, 0, 0] = np.nan
     data["grad_3_4"][0, :4] = 3e30
-    del data["grad_1_5"]
     return data
 
 
-def run(data: dict[str, np.ndarray], config: dict) -> dict[str, np.ndarray]:
+def run(
+    data: dict[str, np.ndarray], config: dict, gap: bool = False
+) -> dict[str, np.ndarray]:
     """Applies the scenario's gradients with a monitored SGD (a power-of-two
     learning rate: one rounding per update, the same on every backend, so
-    the weights each step measures are the same too); the state and the
-    final variables as NumPy."""
+    the weights each step measures are the same too), without the gradient
+    `GAP` if `gap`; the state and the final variables as NumPy."""
     import keras
 
     from keras_gradmon import GradientMonitorOptimizer
@@ -53,12 +60,15 @@ def run(data: dict[str, np.ndarray], config: dict) -> dict[str, np.ndarray]:
         keras.Variable(data[f"weight_{i}"], name=f"v{i}") for i in range(count)
     ]
     optimizer = GradientMonitorOptimizer(keras.optimizers.SGD(2.0**-10), **config)
-    steps = 1 + max(int(k.split("_")[1]) for k in data if k.startswith("grad_"))
+    grads = {k: v for k, v in data.items() if k.startswith("grad_")}
+    if gap:
+        del grads[GAP]
+    steps = 1 + max(int(k.split("_")[1]) for k in grads)
     for step in range(steps):
         pairs = [
-            (data[f"grad_{step}_{i}"], variables[i])
+            (grads[f"grad_{step}_{i}"], variables[i])
             for i in range(count)
-            if f"grad_{step}_{i}" in data
+            if f"grad_{step}_{i}" in grads
         ]
         optimizer.apply([g for g, _ in pairs], [v for _, v in pairs])
     state = optimizer.monitor.state
@@ -70,11 +80,15 @@ def run(data: dict[str, np.ndarray], config: dict) -> dict[str, np.ndarray]:
     return out
 
 
-def run_all(data: dict[str, np.ndarray], configs: dict) -> dict[str, np.ndarray]:
-    """`run` of each `{name: config}`, its arrays keyed `<name>/<key>`."""
+def run_all(
+    data: dict[str, np.ndarray], configs: dict, gaps: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
+    """`run` of each `{name: config}` (with the gap if its name is in
+    `gaps`), its arrays keyed `<name>/<key>`."""
     out = {}
     for name, config in configs.items():
-        out.update({f"{name}/{k}": v for k, v in run(data, config).items()})
+        arrays = run(data, config, gap=name in gaps)
+        out.update({f"{name}/{k}": v for k, v in arrays.items()})
     return out
 
 
@@ -82,7 +96,8 @@ def main() -> None:
     source, target = sys.argv[1:3]
     loaded = dict(np.load(source))
     configs = json.loads(str(loaded.pop("configs")))
-    np.savez(target, **run_all(loaded, configs))
+    gaps = tuple(json.loads(str(loaded.pop("gaps"))))
+    np.savez(target, **run_all(loaded, configs, gaps))
 
 
 if __name__ == "__main__":
