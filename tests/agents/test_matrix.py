@@ -101,6 +101,12 @@ CELLS = [
     if FULL or name in EVERY_KIND or ONE_KIND[name] == kind
 ]
 
+#: The checkpoint round trip is skipped (unless FULL) for CqlSacAgent: it
+#: inherits SacAgent's optimizer attributes (the checkpoint's names), and its
+#: wrappers restore their slots and monitor state on their first
+#: `apply_gradients` as SacAgent's do (cell SacAgent-tf_keras); each of its
+#: agents traces its AutoGraph `actor_loss` again (about 4 s).
+ROUND_TRIP_AS = {"CqlSacAgent": "SacAgent"}
 
 # Every writer of this module stays referenced (and open: CqlSacAgent's
 # internal tf.functions keep writing to the writer they were traced under)
@@ -252,6 +258,8 @@ def test_matches_unwrapped_and_round_trips(name, kind, tmp_path):
                 theirs = _tf_agents_gradient_norm(events, variable, 0)
                 assert ours == pytest.approx(theirs, rel=1e-6, abs=1e-30)
 
+    if name in ROUND_TRIP_AS and not FULL:
+        return  # the round trip of ROUND_TRIP_AS[name], run by its own cell
     # Save after 2 steps; restore into an agent built from other weights; one
     # more step each: the same weights, optimizer state and monitor state.
     path = tf.train.Checkpoint(agent=agent).save(str(tmp_path / "ckpt"))
