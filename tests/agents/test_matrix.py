@@ -14,7 +14,9 @@ Each cell is checked twice:
 - in `common.function(agent.train)` under a writer with global-norm
   clipping: the in-graph summaries equal gradients recomputed apart from
   training (GradientTape on the agent's own losses), `clip/post_norm` is the
-  max norm, and the inner optimizer got the clipped gradients.
+  max norm, and the inner optimizer got the clipped gradients; Td3Agent x
+  tf_keras with tf-agents' debug flags on too, in the same traced step: the
+  monitor's per-variable norms equal tf-agents' own (unclipped) ones.
 """
 
 from __future__ import annotations
@@ -101,6 +103,12 @@ CELLS = [
     if FULL or name in EVERY_KIND or ONE_KIND[name] == kind
 ]
 
+#: The checkpoint round trip is skipped (unless FULL) for CqlSacAgent: it
+#: inherits SacAgent's optimizer attributes (the checkpoint's names), and its
+#: wrappers restore their slots and monitor state on their first
+#: `apply_gradients` as SacAgent's do (cell SacAgent-tf_keras); each of its
+#: agents traces its AutoGraph `actor_loss` again (about 4 s).
+ROUND_TRIP_AS = {"CqlSacAgent": "SacAgent"}
 
 # Every writer of this module stays referenced (and open: CqlSacAgent's
 # internal tf.functions keep writing to the writer they were traced under)
@@ -252,6 +260,8 @@ def test_matches_unwrapped_and_round_trips(name, kind, tmp_path):
                 theirs = _tf_agents_gradient_norm(events, variable, 0)
                 assert ours == pytest.approx(theirs, rel=1e-6, abs=1e-30)
 
+    if name in ROUND_TRIP_AS and not FULL:
+        return  # the round trip of ROUND_TRIP_AS[name], run by its own cell
     # Save after 2 steps; restore into an agent built from other weights; one
     # more step each: the same weights, optimizer state and monitor state.
     path = tf.train.Checkpoint(agent=agent).save(str(tmp_path / "ckpt"))
@@ -305,10 +315,19 @@ def _global_norm(grads: list[np.ndarray]) -> float:
     return float(np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads)))
 
 
+#: The cell that also runs tf-agents' own debug flags in the traced step
+#: (TD3 applies its actor's gradients inside a tf.cond; tf-agents' summaries
+#: do not depend on the kind).
+IN_GRAPH_FLAGS = ("Td3Agent", "tf_keras")
+
+
 @pytest.mark.parametrize("name, kind", CELLS)
 def test_in_graph_summaries_hold_the_recomputed_gradients(name, kind, tmp_path):
     case = AGENT_CASES[name]
-    agent = build_case_agent(case, kind, monitor=LEAN_CLIPPED, deterministic=True)
+    flags = FLAGS if (name, kind) == IN_GRAPH_FLAGS else {}
+    agent = build_case_agent(
+        case, kind, monitor=LEAN_CLIPPED, deterministic=True, **flags
+    )
     wrappers = {a: getattr(agent, f"{a}_monitor") for a, _ in case.losses}
     train = common.function(agent.train)
     writer = _writer(tmp_path)
@@ -337,9 +356,15 @@ def test_in_graph_summaries_hold_the_recomputed_gradients(name, kind, tmp_path):
                 assert got == pytest.approx(want, rel=1e-5), (statistic, step)
             post = scalar_series(events, _tag("clip", "post_norm", scope))[step]
             assert post == pytest.approx(MAX_NORM, rel=1e-5)
-            for path, grad in zip(wrapper.monitor.paths, grads[argument]):
+            variables = wrapper.monitor.variables
+            for variable, path, grad in zip(
+                variables, wrapper.monitor.paths, grads[argument]
+            ):
                 got = scalar_series(events, _tag("grad_norm", path, scope))[step]
                 assert got == pytest.approx(np.linalg.norm(grad), rel=1e-5, abs=1e-12)
+                if flags:  # tf-agents' own (unclipped) gradient norm too
+                    theirs = _tf_agents_gradient_norm(events, variable, step)
+                    assert got == pytest.approx(theirs, rel=1e-6)
         # The inner optimizer was given the clipped gradients.
         clipped, _ = tf.clip_by_global_norm(expected[0][argument], MAX_NORM)
         for moment, grad in zip(first_moments[argument], clipped):
@@ -415,31 +440,6 @@ def test_named_wrappers_write_under_their_names(kind, tmp_path):
         recorded = optimizers[argument].snapshot().totals["grad_norm"]
         assert norms[0] == np.float32(recorded)
     assert "grad_norm/global" not in events.Tags()["tensors"]
-
-
-def test_tf_agents_debug_flags_in_graph(tmp_path):
-    # tf-agents' own gradient summaries and the monitor's in one traced step
-    # (TD3 applies its actor's gradients inside a tf.cond).
-    case = AGENT_CASES["Td3Agent"]
-    monitor = {"every_n_steps": 1, "statistics": ("norm",), "weight_statistics": False}
-    agent = build_case_agent(case, "tf_keras", monitor=monitor, **FLAGS)
-    train = common.function(agent.train)
-    writer = _writer(tmp_path)
-    with writer.as_default():
-        for step in range(2):
-            train(case_batch(case, agent, step))
-    writer.flush()
-    events = load_events(str(tmp_path))
-    for argument, scope in (
-        ("critic_optimizer", "critic"),
-        ("actor_optimizer", "actor"),
-    ):
-        wrapper = getattr(agent, f"{argument}_monitor")
-        for variable, path in zip(wrapper.monitor.variables, wrapper.monitor.paths):
-            ours = scalar_series(events, f"grad_norm/{scope}/{path}")
-            assert sorted(ours) == [0, 1]
-            theirs = _tf_agents_gradient_norm(events, variable, 1)
-            assert ours[1] == pytest.approx(theirs, rel=1e-6)
 
 
 def test_monitored_refuses_a_monitored_optimizer():
