@@ -225,8 +225,8 @@ class SpikeSkipper:
         norms, seen = values[NORMS], values[SEEN]
         spike = self._is_spike(norms, seen, norm)
         finite = ops.isfinite(norm)
-        slot = ops.reshape(ops.mod(seen, self.window), [1, 1])
-        pushed = ops.scatter_update(norms, slot, ops.reshape(norm, [1]))
+        slot = ops.cast(ops.mod(seen, self.window), "int32")
+        pushed = ops.where(ops.equal(ops.arange(self.window), slot), norm, norms)
         skipped = values[SKIPPED] + ops.cast(spike, values[SKIPPED].dtype)
         new = {
             **values,

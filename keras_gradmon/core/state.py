@@ -100,11 +100,12 @@ class Ring:
         slot = ops.mod(count, self.capacity)
         out = dict(values)
         for key, row in zip(self.payload_keys, rows):
-            out[key] = _put_row(values[key], ops.reshape(slot, [1, 1]), row)
-        # The count and the row's step, in one scatter.
-        at = ops.stack([ops.full_like(slot, COUNT), slot + COUNT + 1])
-        new = ops.stack([count + 1, ops.cast(step, count.dtype)])
-        out[self.steps_key] = ops.scatter_update(steps, ops.reshape(at, [2, 1]), new)
+            out[key] = _put_row(values[key], slot, row)
+        # The count and the row's step: a masked write of a few numbers.
+        where = ops.arange(self.capacity + 1, dtype=steps.dtype)
+        step = ops.cast(step, steps.dtype)
+        steps = ops.where(ops.equal(where, slot + COUNT + 1), step, steps)
+        out[self.steps_key] = ops.where(ops.equal(where, COUNT), count + 1, steps)
         return out
 
     def amend(self, values: dict, start: int, data: Any) -> dict:
@@ -117,7 +118,7 @@ class Ring:
         data = ops.cast(data, row.dtype)
         end = start + int(data.shape[0])
         row = ops.concatenate([row[:start], data, row[end:]], 0)
-        return {**values, key: _put_row(values[key], ops.reshape(slot, [1, 1]), row)}
+        return {**values, key: _put_row(values[key], slot, row)}
 
     def latest(self, values: dict) -> list[Any]:
         """The newest row of each payload of the state `values`."""
@@ -141,8 +142,11 @@ class Ring:
 
 
 def _put_row(current: Any, slot: Any, row: Any) -> Any:
+    """`current` with `row` written over its row `slot`: a dynamic update
+    slice, which XLA writes in place (a scatter compiles to a loop)."""
     row = ops.expand_dims(ops.cast(row, current.dtype), 0)
-    return ops.scatter_update(current, slot, row)
+    start = [ops.cast(slot, "int32")] + [0] * (len(current.shape) - 1)
+    return ops.slice_update(current, start, row)
 
 
 class MonitorState:
