@@ -42,13 +42,23 @@ def _expected(before: list, after: list) -> dict:
     return {names.get(k, k): v for k, v in expected.items()}
 
 
-@pytest.mark.parametrize("name, kind, kwargs", OPTIMIZERS, ids=lambda x: str(x)[:5])
-def test_ratio_matches_numpy_steps_on_due_steps_only(name, kind, kwargs):
+# With weight statistics the ratios divide by the weight norms the step's
+# summary holds; without, they take the weights' norms themselves.
+CASES = [(*case, True) for case in OPTIMIZERS] + [(*OPTIMIZERS[1], False)]
+
+
+@pytest.mark.parametrize(
+    "name, kind, kwargs, weight_statistics", CASES, ids=lambda x: str(x)[:5]
+)
+def test_ratio_matches_numpy_steps_on_due_steps_only(
+    name, kind, kwargs, weight_statistics
+):
     weights, grads = _problem()
     variables = [keras.Variable(w, name=n) for w, n in zip(weights, "abc")]
     inner = getattr(keras.optimizers, kind)(**kwargs)
     optimizer = GradientMonitorOptimizer(
-        inner, every_n_steps=2, groups={"ab": "^[ab]$"}, histogram_every_n_steps=None
+        inner, every_n_steps=2, groups={"ab": "^[ab]$"}, histogram_every_n_steps=None,
+        weight_statistics=weight_statistics,
     )
     step = compiled_apply(optimizer, variables)
     history = reference_steps(name, weights, grads)

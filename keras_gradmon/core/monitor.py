@@ -469,7 +469,9 @@ class GradientMonitor(EveryStep):
         members = list(self.group_members.values())
 
         def record(values: dict) -> dict:
-            ratios = update_ratios(old, new, len(self.variables), members)
+            # The weights' norms are in the row `measure` just recorded.
+            sizes = self.state.weight_norms(values) if self.layout.weights else None
+            ratios = update_ratios(old, new, len(self.variables), members, sizes)
             return self.state.record_updates(values, ratios)
 
         backend.update_if(due.scalars, record, store or VariableStore(self.state))

@@ -329,6 +329,7 @@ def update_ratios(
     new: Mapping[int, Any],
     rows: int,
     members: Sequence[Sequence[int]],
+    sizes: Any = None,
 ) -> Any:
     """`[rows + len(members) + 1]` float32: each variable's ratio (by row;
     NaN for a row not in `old`, or whose weights had a norm of 0 or a
@@ -343,11 +344,17 @@ def update_ratios(
         new: The weights after it, by row (the same rows).
         rows: The number of variables.
         members: The rows of each group.
+        sizes: `[rows]` float32, the norms of `old` by row (NaN where not
+            finite), where the step measured them already (the weight
+            statistics); None: computed here.
     """
     order = sorted(old)
     moves = [_wide(new[i]) - _wide(old[i]) for i in order]
-    norms = _norms(moves + [_wide(old[i]) for i in order])
-    moved, size = norms[: len(order)], norms[len(order) :]
+    if sizes is None:
+        norms = _norms(moves + [_wide(old[i]) for i in order])
+        moved, size = norms[: len(order)], norms[len(order) :]
+    else:
+        moved, size = _norms(moves), ops.take(sizes, order, 0)
     position = {i: k for k, i in enumerate(order)}
     ratios = ops.concatenate([_ratio(moved, size), ops.full([1], _NAN)], 0)
     placed = ops.take(ratios, [position.get(i, len(order)) for i in range(rows)], 0)

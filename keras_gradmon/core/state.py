@@ -25,11 +25,14 @@ import numpy as np
 from keras import ops
 
 from keras_gradmon import backend
-from keras_gradmon.columns import COUNT, Layout
+from keras_gradmon.columns import COLUMNS, COUNT, Layout
 from keras_gradmon.core.measurement import (
     HistogramMeasurement,
     Measurement,
 )
+
+#: Where a row's per-variable block keeps the norm and the non-finite count.
+_NORM_COLUMN, _NONFINITE_COLUMN = COLUMNS.index("norm"), COLUMNS.index("nonfinite")
 
 #: A function that creates one state variable:
 #: `make_variable(name, shape, dtype, initial_value)`.
@@ -244,6 +247,17 @@ class MonitorState:
             value = getattr(measurement, name)
             parts.append(ops.reshape(ops.cast(value, "float32"), [-1]))
         return self.scalars.push(values, step, [ops.concatenate(parts, 0)])
+
+    def weight_norms(self, values: dict) -> Any:
+        """`[num_variables]`: each variable's weight norm in the latest
+        summary's row (the weights before this step's update), NaN where
+        they held a non-finite element. Only where weight statistics are
+        recorded."""
+        start, (rows, width) = self.layout.spans["weight"]
+        [row] = self.scalars.latest(values)
+        block = ops.reshape(row[start : start + rows * width], [rows, width])
+        norm, nonfinite = block[:, _NORM_COLUMN], block[:, _NONFINITE_COLUMN]
+        return ops.where(ops.equal(nonfinite, 0), norm, float("nan"))
 
     def record_updates(self, values: dict, ratios: Any) -> dict:
         """`values` with the update/weight `ratios` written into the
