@@ -160,12 +160,15 @@ class GradientMonitorOptimizer(
         self, name: str, shape: tuple, dtype: str, initial: float
     ) -> Any:
         # `add_variable` without its fixed synchronization: one copy per
-        # replica, written without synchronizing (backend.distribute).
+        # replica, written without synchronizing (backend.distribute). The
+        # initial value is a NumPy array, not an initializer: on JAX each
+        # initializer call compiles a program for its shape (about 35 ms a
+        # variable, in the first fit's time).
+        dtype = backend.state_dtype(dtype)
         with keras.name_scope(self.name, caller=self):
             variable = keras.Variable(
-                initializer=keras.initializers.Constant(initial),
-                shape=shape,
-                dtype=backend.state_dtype(dtype),
+                initializer=np.full(shape, initial, dtype),
+                dtype=dtype,
                 trainable=False,
                 aggregation="only_first_replica",
                 synchronization="on_read",
