@@ -201,13 +201,15 @@ class Captured(Sequence):
     """Arrays captured for the host with one device-to-host transfer: packed
     on the device into one buffer whose copy starts at once
     (`copy_to_host_async`); the first item read waits for it and unpacks
-    every array as NumPy.
+    every array as NumPy. A lone array is copied instead.
 
     Example:
 
     >>> captured = Captured([jnp.arange(3), jnp.ones([2])])
     >>> captured[0].tolist(), captured[1].tolist()
     ([0, 1, 2], [1.0, 1.0])
+    >>> Captured([jnp.arange(2)])[0].tolist()
+    [0, 1]
     """
 
     def __init__(self, arrays: Sequence[jax.Array]) -> None:
@@ -215,7 +217,13 @@ class Captured(Sequence):
         # (three of them took most of a capture's 0.5 ms).
         arrays = [a if isinstance(a, jax.Array) else jnp.asarray(a) for a in arrays]
         self._specs = [(a.shape, np.dtype(a.dtype)) for a in arrays]
-        self._buffer = _pack(arrays)
+        # A lone array (a step count) is copied, not packed: no `_pack` to
+        # compile for its shape (20-45 ms each, in a first fit's time).
+        self._packed = len(arrays) != 1
+        if self._packed:
+            self._buffer = _pack(arrays)
+        else:
+            self._buffer = jax.device_put(arrays[0], may_alias=False)
         self._buffer.copy_to_host_async()
         self._host: list[np.ndarray] | None = None
 
@@ -224,7 +232,8 @@ class Captured(Sequence):
 
     def __getitem__(self, index):  # type: ignore[override]
         if self._host is None:
-            self._host = self._unpack(np.asarray(self._buffer))
+            raw = np.asarray(self._buffer)
+            self._host = self._unpack(raw) if self._packed else [raw]
         return self._host[index]
 
     def _unpack(self, raw: np.ndarray) -> list[np.ndarray]:
