@@ -105,10 +105,10 @@ class Ring:
         for key, row in zip(self.payload_keys, rows):
             out[key] = _put_row(values[key], slot, row)
         # The count and the row's step: a masked write of a few numbers.
-        where = ops.arange(self.capacity + 1, dtype=steps.dtype)
+        places = ops.arange(self.capacity + 1, dtype=steps.dtype)
         step = ops.cast(step, steps.dtype)
-        steps = ops.where(ops.equal(where, slot + COUNT + 1), step, steps)
-        out[self.steps_key] = ops.where(ops.equal(where, COUNT), count + 1, steps)
+        steps = ops.where(ops.equal(places, slot + COUNT + 1), step, steps)
+        out[self.steps_key] = ops.where(ops.equal(places, COUNT), count + 1, steps)
         return out
 
     def amend(self, values: dict, start: int, data: Any) -> dict:
