@@ -219,11 +219,10 @@ class Captured(Sequence):
         self._specs = [(a.shape, np.dtype(a.dtype)) for a in arrays]
         # A lone array (a step count) is copied, not packed: no `_pack` to
         # compile for its shape (20-45 ms each, in a first fit's time).
-        self._packed = len(arrays) != 1
-        if self._packed:
-            self._buffer = _pack(arrays)
-        else:
+        if len(arrays) == 1:
             self._buffer = jax.device_put(arrays[0], may_alias=False)
+        else:
+            self._buffer = _pack(arrays)
         self._buffer.copy_to_host_async()
         self._host: list[np.ndarray] | None = None
 
@@ -233,7 +232,7 @@ class Captured(Sequence):
     def __getitem__(self, index):  # type: ignore[override]
         if self._host is None:
             raw = np.asarray(self._buffer)
-            self._host = self._unpack(raw) if self._packed else [raw]
+            self._host = [raw] if len(self._specs) == 1 else self._unpack(raw)
         return self._host[index]
 
     def _unpack(self, raw: np.ndarray) -> list[np.ndarray]:
