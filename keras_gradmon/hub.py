@@ -207,6 +207,11 @@ class Hub:
         with self._lock:
             self._listeners.append((listener, origin))
 
+    def listens_to(self, origin: Any) -> bool:
+        """Whether a listener takes the publications of `origin` (a
+        publisher may then skip what only listeners read)."""
+        return any(o is None or o is origin for _, o in self._listeners)
+
     def publish(
         self, publication: Publication, recorders: Sequence[Recorder] | None = None
     ) -> None:

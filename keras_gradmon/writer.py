@@ -279,6 +279,7 @@ class MonitorWriter:
         self._warned = False
         self._immediate_pending: Any = None
         self._tagged: TaggedMetrics | None = None
+        self._writes: tuple[Any, bool] | None = None
         self._worker = Worker(self._process, self.flush, queue_size)
         # The monitor holds its one writer (not a registry: a monitor that
         # is gone takes its writer, and its destinations' claims, along).
@@ -336,8 +337,12 @@ class MonitorWriter:
 
     @property
     def writes(self) -> bool:
-        """Whether this process writes (False on non-chief workers)."""
-        return chief_writes(self.monitor.state.scalars.steps)
+        """Whether this process writes (False on non-chief workers): asked
+        once for each state variable (its strategy is fixed)."""
+        variable = self.monitor.state.scalars.steps
+        if self._writes is None or self._writes[0] is not variable:
+            self._writes = (variable, chief_writes(variable))
+        return self._writes[1]
 
     @property
     def dropped(self) -> dict[str, int]:
@@ -480,7 +485,9 @@ class MonitorWriter:
             values = tags.scalar_values(snapshot.values, snapshot.has_grad)
             if tags.table is not None:
                 tables = (tags.table.table(snapshot.values),)
-        metrics = summary_metrics(snapshot, self._tagged_metrics())
+        metrics = {}  # what only the listeners (alert rules) read
+        if any(hub.listens_to(self.monitor) for hub in self.hubs):
+            metrics = summary_metrics(snapshot, self._tagged_metrics())
         self._publish(
             snapshot.step, True, scalars=values, tables=tables, metrics=metrics,
             record=writes,

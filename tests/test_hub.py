@@ -88,7 +88,14 @@ def test_one_recorder_class_gets_every_monitors_numbers(tmp_path):
     published = []
     hub = Hub([CsvRecorder(tmp_path / "all.csv")])
     hub.add(TensorBoardRecorder(str(tmp_path / "tb")))
-    hub.subscribe(lambda p: published.append((p.source, p.step)))
+    norms = {}  # what a listener reads: the alert rules' metrics
+
+    def listen(publication: Publication) -> None:
+        published.append((publication.source, publication.step))
+        if "grad_norm" in publication.metrics:  # not its histograms
+            norms[publication.step] = publication.metrics["grad_norm"]["global"]
+
+    hub.subscribe(listen)
     grads, hidden = _fit(tmp_path, hub)
     rows = read_csv(tmp_path / "all.csv")
     events = load_events(str(tmp_path / "tb"))
@@ -100,7 +107,8 @@ def test_one_recorder_class_gets_every_monitors_numbers(tmp_path):
     # Gradients, activations, alerts, each at its due steps, with the
     # reference values (float64 NumPy) of step 0.
     norm = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads))
-    assert rows["grad_norm/global"].keys() == {0, 2}
+    assert rows["grad_norm/global"].keys() == {0, 2} == norms.keys()
+    assert norms[0] == pytest.approx(norm, rel=2e-5)
     assert float(rows["grad_norm/global"][0]) == pytest.approx(norm, rel=2e-5)
     assert rows["activation_std/mlp/hidden"].keys() == {0, 2}
     assert float(rows["activation_std/mlp/hidden"][0]) == pytest.approx(
@@ -129,8 +137,11 @@ def test_publications_go_to_recorders_and_to_their_listeners(tmp_path):
     hub = Hub([CsvRecorder(tmp_path / "a.csv")])
     mine, everything = [], []
     origin = object()
+    assert not hub.listens_to(origin)
     hub.subscribe(mine.append, origin=origin)
+    assert hub.listens_to(origin) and not hub.listens_to(object())
     hub.subscribe(everything.append)
+    assert hub.listens_to(object())
     ours = Publication(
         4, "rl", {"rl/x": 1.5}, texts={"note": ["a", "b"]}, origin=origin
     )
