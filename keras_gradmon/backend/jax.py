@@ -102,6 +102,12 @@ def divide(x: jax.Array, divisor: jax.Array) -> jax.Array:
 UNMASKED_PAYS = True
 
 
+def put_row(rows: jax.Array, slot: Any, row: jax.Array) -> jax.Array:
+    """`backend.put_row`: a dynamic update slice."""
+    start = (jnp.asarray(slot, jnp.int32),) + (0,) * (rows.ndim - 1)
+    return jax.lax.dynamic_update_slice(rows, row[None], start)
+
+
 def wide_float() -> str:
     """float64 where `jax_enable_x64` is on, else float32.
 

@@ -1,25 +1,11 @@
-"""The TensorFlow backend: a functional conditional whose untaken branch
-costs nothing (`gate`), the graph helpers the in-step code shares (the
-XLA context, exact copies, the library's boundary for AutoGraph), cheap
-eager reads of state variables, and TensorFlow's gradients that are not
-one dense tensor of static shape (`tf.IndexedSlices`, shapes known only
-at run time).
-
-Graph-building helpers the in-step code shares: where ops are being traced
-(XLA or not), a conditional whose untaken branch costs nothing, and the
-library's boundary for AutoGraph.
-
-The TensorFlow backend: `graph.gate` (a functional conditional, so the
-untaken branch costs nothing in a graph without XLA), `tf.IndexedSlices`,
-and tensors whose shape is known only at run time (an `Embedding`'s
-gradient passed into a `tf.function`, an `input_signature` of unknown dims):
-their layout is `static_layout`'s, computed with tensors.
-
-A cheap eager read of a state variable, for the training thread.
-
-TensorFlow's gradients that are not one dense tensor of static shape: a
+"""The TensorFlow backend: where ops are being traced (XLA or not), a
+functional conditional whose untaken branch costs nothing in a graph without
+XLA (`gate`), the ops that differ in and out of XLA (exact copies, a row
+written into the ring), the library's boundary for AutoGraph, cheap eager
+reads of state variables for the training thread, and TensorFlow's
+gradients that are not one dense tensor of static shape: a
 `tf.IndexedSlices` (an `Embedding`'s gradient) and shapes known only at run
-time. Imported by `_gradients` only on the TensorFlow backend.
+time (their layout is `static_layout`'s, computed with tensors).
 """
 
 from __future__ import annotations
@@ -301,6 +287,18 @@ def divide(x: tf.Tensor, divisor: tf.Tensor) -> tf.Tensor:
 
 #: `keras_gradmon.backend.unmasked_pays`.
 UNMASKED_PAYS = False
+
+
+def put_row(rows: tf.Tensor, slot: tf.Tensor, row: tf.Tensor) -> tf.Tensor:
+    """`backend.put_row`: one scatter outside XLA, where `XlaDynamicUpdateSlice`
+    would run through XLA's on-demand compiler at each call."""
+    slot = tf.cast(slot, tf.int32)
+    if in_xla_context():
+        from tensorflow.compiler.tf2xla.python.xla import dynamic_update_slice
+
+        start = [slot] + [0] * (len(rows.shape) - 1)
+        return dynamic_update_slice(rows, row[None], start)
+    return tf.tensor_scatter_nd_update(rows, tf.reshape(slot, [1, 1]), row[None])
 
 
 def wide_float() -> str:
