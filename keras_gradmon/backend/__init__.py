@@ -177,21 +177,28 @@ def wide_float() -> str:
     return current().wide_float()
 
 
-def unmasked_pays() -> bool:
-    """Whether a program that measures every step should reduce its large
-    tensors without a mask (`batched_statistics(unpack_large=True)`): worth
-    its compile time on JAX, whose XLA:CPU reductions read their input
-    written out (a mask is a write and a read of every element: the
-    statistics take about 30% less time without), not on TensorFlow 2.21
-    (its XLA fuses the mask into the reduction: 7% less CPU time there, for
-    3 to 4 s more compile on the benchmark MLP).
+def unmasked_pays(every_step: bool) -> bool:
+    """Whether the program being traced should reduce its large tensors
+    without a mask (`batched_statistics(unpack_large=True)`), `every_step`
+    saying whether it measures at every step.
+
+    - On JAX, in a program that measures every step: XLA:CPU's reductions
+      read their input written out (a mask is a write and a read of every
+      element: the statistics take about 30% less time without), which pays
+      for the longer compile only where the statistics run every step.
+    - On TensorFlow, outside XLA (a plain graph, as tf-agents runs its
+      step, or eagerly): nothing compiles, and each mask is two or three
+      kernels over every element (about 0.4 ms of a tf-agents DQN step).
+      Not under XLA: TensorFlow 2.21's XLA fuses the mask into the
+      reduction (7% less CPU time without, for 3 to 4 s more compile on
+      the benchmark MLP).
 
     Example:
 
-    >>> unmasked_pays() == (keras.backend.backend() == "jax")
+    >>> unmasked_pays(False) == (keras.backend.backend() == "tensorflow")
     True
     """
-    return current().UNMASKED_PAYS
+    return current().unmasked_pays(every_step)
 
 
 def state_dtype(dtype: str) -> str:

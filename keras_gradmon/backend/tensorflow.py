@@ -285,8 +285,10 @@ def divide(x: tf.Tensor, divisor: tf.Tensor) -> tf.Tensor:
     return x / divisor
 
 
-#: `keras_gradmon.backend.unmasked_pays`.
-UNMASKED_PAYS = False
+def unmasked_pays(every_step: bool) -> bool:
+    """`keras_gradmon.backend.unmasked_pays`: outside XLA."""
+    del every_step
+    return not in_xla_context()
 
 
 def put_row(rows: tf.Tensor, slot: tf.Tensor, row: tf.Tensor) -> tf.Tensor:

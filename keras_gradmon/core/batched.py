@@ -8,7 +8,7 @@ Python control flow on tensor values, so it compiles under XLA.
   (`static_layout`, a `BlockLayout` of NumPy constants; tensors whose size
   is known only at run time share a second matrix whose layout the
   TensorFlow backend computes with tensors, `dynamic_layout`). With
-  `unpack_large` (a program that measures every step), a large tensor
+  `unpack_large` (`keras_gradmon.backend.unmasked_pays`), a large tensor
   (`layout_groups`) is a matrix of its own instead, reshaped, not copied
   (`prepare_alone`), and its first pass takes no mask (`_alone_statistics`).
 - The shared pass (`Reductions`): reduced by rows, then by tensor with
@@ -521,9 +521,9 @@ def batched_statistics(
             (`keras_gradmon.core.statistics`), usually of `STATISTICS`.
         unpack_large: Reduce each large tensor where it lies, without a
             mask, unless an element is not finite (`layout_groups`,
-            `_alone_statistics`): about 30% less time a call on JAX,
-            more to compile (XLA compiles each such tensor's reductions
-            apart), so for a program that measures at every step
+            `_alone_statistics`): about 30% less time a call on JAX and
+            in a plain TensorFlow graph, more to compile under XLA (it
+            compiles each such tensor's reductions apart)
             (`keras_gradmon.backend.unmasked_pays`).
 
     Returns:
@@ -635,13 +635,16 @@ def _finish(
 
 
 def batched_bucket_counts(
-    tensors: Sequence[Any], buckets: int
+    tensors: Sequence[Any], buckets: int, unpack_large: bool = False
 ) -> tuple[Tensor, Tensor]:
     """`bucket_counts` of each tensor, as rows of two matrices.
 
     Args:
         tensors: As for `batched_statistics`.
         buckets: The number of buckets, a Python int >= 1.
+        unpack_large: Count each large tensor where it lies, without a mask,
+            unless an element is not finite (`_alone_bucket_counts`), as
+            `batched_statistics`'s `unpack_large`.
 
     Returns:
         `(counts, ranges)`: int32 `[len(tensors), buckets]` and float32
@@ -656,7 +659,11 @@ def batched_bucket_counts(
     """
     if not tensors:
         return ops.zeros([0, buckets], "int32"), ops.zeros([0, 2], "float32")
-    return by_layout(tensors, functools.partial(_bucket_counts, buckets=buckets))
+    compute = functools.partial(_bucket_counts, buckets=buckets)
+    alone = None
+    if unpack_large:
+        alone = functools.partial(_alone_bucket_counts, buckets=buckets)
+    return by_layout(tensors, compute, alone)
 
 
 def _bucket_counts(x: Tensor, layout: BlockLayout, buckets: int) -> tuple:
@@ -680,6 +687,53 @@ def _bucket_counts(x: Tensor, layout: BlockLayout, buckets: int) -> tuple:
     counts = backend.bincount(index, size)
     counts = ops.reshape(counts, [-1, buckets + 1])[:-1, :buckets]
     return counts, ops.cast(ops.stack([low, high], 1), "float32")
+
+
+def _alone_bucket_counts(
+    pieces: list, packed: Callable[[], tuple], buckets: int
+) -> tuple[Tensor, Tensor]:
+    """`_bucket_counts` of the large tensors, each its own unpadded matrix
+    (`pieces`), without a mask, where every element is finite; else
+    `packed()`, the masked pass of them packed. An Inf is an extreme; a NaN,
+    which a min or max may pass over, makes a sum NaN (an overflowing one is
+    only Inf). Each tensor's buckets are `_bucket_counts`'s arithmetic, so
+    the counts are the same either way."""
+    lows = ops.stack([ops.min(x) for x, _ in pieces])
+    highs = ops.stack([ops.max(x) for x, _ in pieces])
+    sums = ops.stack([ops.sum(x) for x, _ in pieces])
+    sane = ops.all(ops.isfinite(lows) & ops.isfinite(highs) & ~ops.isnan(sums))
+    sizes = [int(np.prod(x.shape)) for x, _ in pieces]
+
+    def unmasked() -> tuple[Tensor, Tensor]:
+        scale = ops.maximum(ops.abs(lows), ops.abs(highs))
+        scale = ops.where(scale > 0, scale, ops.ones_like(scale))
+        width = highs / scale - lows / scale
+        counts = ops.stack(
+            [
+                _unmasked_counts(x, lows[k], scale[k], width[k], buckets)
+                for k, (x, _) in enumerate(pieces)
+            ]
+        )
+        # All equal (width 0): every element in the last bucket.
+        last = ops.arange(buckets)[None] == buckets - 1
+        alike = ops.where(last, ops.convert_to_tensor(sizes)[:, None], 0)
+        counts = ops.where(width[:, None] > 0, counts, ops.cast(alike, counts.dtype))
+        ranges = ops.cast(ops.stack([lows, highs], 1), "float32")
+        return ops.cast(counts, "int32"), ranges
+
+    return backend.cond(sane, unmasked, packed)
+
+
+def _unmasked_counts(
+    x: Tensor, low: Tensor, scale: Tensor, width: Tensor, buckets: int
+) -> Tensor:
+    """The bucket counts of one tensor whose elements are all finite, of
+    `_bucket_counts`'s arithmetic (width 0 left to the caller)."""
+    offset = backend.divide(x, scale) - low / scale
+    position = backend.divide(offset, ops.where(width > 0, width, 1.0)) * buckets
+    position = ops.clip(ops.floor(position), 0.0, buckets - 1)  # as rounded
+    index = ops.reshape(ops.cast(position, "int32"), [-1])
+    return backend.bincount(index, buckets)
 
 
 def tensor_statistics(x: Any, names: Sequence[str] = STATISTICS) -> dict[str, Tensor]:

@@ -198,15 +198,18 @@ def norm_ratio(grad: Tensor, weight: Tensor) -> Tensor:
 
 
 def histogram_matrices(
-    parts: Sequence[Mapping[int, Tensor]], rows: int, buckets: int
+    parts: Sequence[Mapping[int, Tensor]],
+    rows: int,
+    buckets: int,
+    unpack_large: bool = False,
 ) -> list[tuple[Tensor, Tensor]]:
     """For each of `parts` (the gradients, the weights): `(counts [rows,
     buckets], ranges [rows, 3])` of `part[i]` in row `i`, the last range
     column 1 where row i has a tensor, else 0; all bucket counts computed in
-    one batched program."""
+    one batched program (`batched_bucket_counts`, `unpack_large` passed)."""
     orders = [sorted(part) for part in parts]
     tensors = [part[i] for part, order in zip(parts, orders) for i in order]
-    counts, ranges = batched_bucket_counts(tensors, buckets)
+    counts, ranges = batched_bucket_counts(tensors, buckets, unpack_large)
     matrices, start = [], 0
     for order in orders:
         end = start + len(order)
@@ -281,10 +284,13 @@ def histogram_measurement(
     weights: Mapping[int, Tensor] | None,
     count: int,
     buckets: int,
+    unpack_large: bool = False,
 ) -> HistogramMeasurement:
     """The histogram bucket counts of one step (weights' too, if given)."""
     parts = [grads] if weights is None else [grads, weights]
-    (counts, ranges), *weight_part = histogram_matrices(parts, count, buckets)
+    (counts, ranges), *weight_part = histogram_matrices(
+        parts, count, buckets, unpack_large
+    )
     if weights is None:
         return HistogramMeasurement(counts, ranges)
     [(weight_counts, weight_ranges)] = weight_part

@@ -513,9 +513,9 @@ class GradientMonitor(EveryStep):
 
     @property
     def _unpack_large(self) -> bool:
-        """Whether the statistics take `batched_statistics`'s unmasked pass:
-        measuring every step, where it pays for its compile time."""
-        return self.schedule.always and backend.unmasked_pays()
+        """Whether the statistics take `batched_statistics`'s unmasked pass
+        (`backend.unmasked_pays`)."""
+        return backend.unmasked_pays(self.schedule.always)
 
     def _statistics(self, inputs: Inputs, values: dict) -> dict:
         """`values` with this step's scalar statistics pushed."""
@@ -542,7 +542,11 @@ class GradientMonitor(EveryStep):
     def _histograms(self, inputs: Inputs, values: dict) -> dict:
         """`values` with this step's histograms pushed."""
         measurement = histogram_measurement(
-            inputs.grads, inputs.weights, len(self.variables), self.layout.buckets
+            inputs.grads,
+            inputs.weights,
+            len(self.variables),
+            self.layout.buckets,
+            unpack_large=backend.unmasked_pays(self.histogram_schedule.always),
         )
         return self.state.record_histograms(values, inputs.step, measurement)
 

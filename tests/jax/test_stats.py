@@ -67,6 +67,20 @@ def test_large_tensors_alone_match_reference():
     assert_rows_close(np.asarray(rows), values)
 
 
+def test_large_tensors_counted_alone_as_packed():
+    # Unmasked where every element is finite, the masked pass else: the same
+    # float32 arithmetic either way, so the same counts as `bucket_counts`.
+    cases = alone_cases()
+    finite = [v for v in cases if np.isfinite(v).all()]
+    count = jax.jit(lambda ts: batched.batched_bucket_counts(ts, 7, unpack_large=True))
+    for values in (finite, cases):
+        counts, ranges = count([jnp.asarray(v) for v in values])
+        for i, v in enumerate(values):
+            want_counts, want_range = histogram.bucket_counts(jnp.asarray(v), 7)
+            np.testing.assert_array_equal(counts[i], want_counts)
+            np.testing.assert_array_equal(ranges[i], want_range)
+
+
 batches = st.lists(
     st.tuples(arrays, st.sampled_from([1.0, 1e30, 1e-30, 1e36])),
     min_size=1,

@@ -107,6 +107,24 @@ def test_large_tensors_alone_match_reference(mode):
         np.testing.assert_array_equal(ranges[i], expected_range)
 
 
+def test_large_tensors_counted_alone(mode):
+    # Every large tensor finite: each counted where it lies, without a mask.
+    # One NaN or Inf: all of them take the masked pass. The same float32
+    # arithmetic either way: the counts of `bucket_counts`.
+    cases = alone_cases()
+    finite = [v for v in cases if np.isfinite(v).all()]
+    assert len(finite) >= 5  # the range near float32's limit, constants, zeros
+    unpacked = functools.partial(batched_bucket_counts, buckets=7, unpack_large=True)
+    for held in (finite, cases):
+        tensors = [tf.constant(v) for v in held]
+        counts, ranges = _run(unpacked, mode, tensors)
+        singles = _run(lambda ts: [bucket_counts(t, 7) for t in ts], mode, tensors)
+        for i, (expected_counts, expected_range) in enumerate(singles):
+            np.testing.assert_array_equal(counts[i], expected_counts)
+            np.testing.assert_array_equal(ranges[i], expected_range)
+        assert counts.dtype == tf.int32 and ranges.dtype == tf.float32
+
+
 def test_layout_groups():
     # 1/32 of the elements and a block of 64..2048 dividing the size: alone.
     assert batched.layout_groups([1024, 64, 63, None]) == ([0, 1], [[2], [3]])
