@@ -258,15 +258,21 @@ def dynamic_matrix(
 
 
 def bincount(index: tf.Tensor, size: int) -> tf.Tensor:
-    """Occurrences of `0 .. size - 1` in `index` (int32), with an op XLA
-    compiles.
+    """Occurrences of `0 .. size - 1` in `index` (int32): under XLA with an
+    op it compiles; outside it with the histogram kernel on the indices as
+    floats (each its own unit-wide bucket, exact below 2**24), which takes
+    about half of `DenseBincount`'s time there.
 
     Example:
 
     >>> bincount(tf.constant([0, 2, 2]), 3).numpy().tolist()
     [1, 0, 2]
     """
-    return tf.raw_ops.DenseBincount(input=index, size=size, weights=np.zeros(0, "i4"))
+    if in_xla_context() or size >= 2**24:
+        weights = np.zeros(0, "i4")
+        return tf.raw_ops.DenseBincount(input=index, size=size, weights=weights)
+    edges = tf.constant([0.0, float(size)])
+    return tf.histogram_fixed_width(tf.cast(index, tf.float32), edges, size)
 
 
 def global_norm(values: Sequence[tf.Tensor]) -> tf.Tensor:
