@@ -292,9 +292,9 @@ def divide(x: tf.Tensor, divisor: tf.Tensor) -> tf.Tensor:
 
 
 def unmasked_pays(every_step: bool) -> bool:
-    """`keras_gradmon.backend.unmasked_pays`: outside XLA."""
-    del every_step
-    return not in_xla_context()
+    """`keras_gradmon.backend.unmasked_pays`: measuring every step, outside
+    XLA."""
+    return every_step and not in_xla_context()
 
 
 def put_row(rows: tf.Tensor, slot: tf.Tensor, row: tf.Tensor) -> tf.Tensor:
