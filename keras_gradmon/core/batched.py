@@ -676,10 +676,7 @@ def _bucket_counts(x: Tensor, layout: BlockLayout, buckets: int) -> tuple:
     scale = ops.where(scale > 0, scale, ops.ones_like(scale))
     width = per_block(high / scale - low / scale, layout)
     low_b, scale_b = per_block(low, layout), per_block(scale, layout)
-    offset = backend.divide(ops.where(finite, x, low_b), scale_b) - low_b / scale_b
-    position = backend.divide(offset, ops.where(width > 0, width, 1.0)) * buckets
-    position = ops.clip(ops.floor(position), 0.0, buckets - 1)  # as rounded
-    index = ops.cast(position, "int32")
+    index = _bucket_index(ops.where(finite, x, low_b), low_b, scale_b, width, buckets)
     index = ops.where(width > 0, index, buckets - 1)
     # Non-finite elements go to an extra bucket per tensor, dropped.
     index = ops.where(finite, index, buckets) + (buckets + 1) * layout.segments[:, None]
@@ -696,8 +693,8 @@ def _alone_bucket_counts(
     (`pieces`), without a mask, where every element is finite; else
     `packed()`, the masked pass of them packed. An Inf is an extreme; a NaN,
     which a min or max may pass over, makes a sum NaN (an overflowing one is
-    only Inf). Each tensor's buckets are `_bucket_counts`'s arithmetic, so
-    the counts are the same either way."""
+    only Inf). Each tensor's buckets are `_bucket_counts`'s arithmetic
+    (`_bucket_index`), so the counts are the same either way."""
     lows = ops.stack([ops.min(x) for x, _ in pieces])
     highs = ops.stack([ops.max(x) for x, _ in pieces])
     sums = ops.stack([ops.sum(x) for x, _ in pieces])
@@ -727,13 +724,22 @@ def _alone_bucket_counts(
 def _unmasked_counts(
     x: Tensor, low: Tensor, scale: Tensor, width: Tensor, buckets: int
 ) -> Tensor:
-    """The bucket counts of one tensor whose elements are all finite, of
-    `_bucket_counts`'s arithmetic (width 0 left to the caller)."""
+    """The bucket counts of one tensor whose elements are all finite (width
+    0 left to the caller)."""
+    index = _bucket_index(x, low, scale, width, buckets)
+    return backend.bincount(ops.reshape(index, [-1]), buckets)
+
+
+def _bucket_index(
+    x: Tensor, low: Tensor, scale: Tensor, width: Tensor, buckets: int
+) -> Tensor:
+    """The bucket of each finite element of `x`: `bucket_counts`'s
+    arithmetic, element for element, on values scaled by their largest
+    magnitude (`low`, `scale`, `width` broadcast over `x`)."""
     offset = backend.divide(x, scale) - low / scale
     position = backend.divide(offset, ops.where(width > 0, width, 1.0)) * buckets
     position = ops.clip(ops.floor(position), 0.0, buckets - 1)  # as rounded
-    index = ops.reshape(ops.cast(position, "int32"), [-1])
-    return backend.bincount(index, buckets)
+    return ops.cast(position, "int32")
 
 
 def tensor_statistics(x: Any, names: Sequence[str] = STATISTICS) -> dict[str, Tensor]:
