@@ -14,6 +14,8 @@ MLP 64-512-512-10 (`_models.py`) for each variant, interleaved:
   B-no-cb-no-update, B-no-cb-grads: B-no-cb without the update ratios, and
            with the gradients' statistics only (where the in-step time goes).
   D        C + histograms every 100 steps.
+  B-alerts, defaults-alerts: B and defaults with the callback's default
+           alert rules on (the others run it with `alerts=False`).
 
 `first fit` is each variant's first fit of a single batch on a fresh
 model: compilation and one step; its ratio to A's has the target <= 1.3x.
@@ -56,16 +58,25 @@ VARIANTS = {
         False,
     ),
     "D": ({**HUNDRED, "histogram_every_n_steps": 100}, True),
+    "B-alerts": (EVERY, "alerts"),
+    "defaults-alerts": (DEFAULTS, "alerts"),
     **SIGNAL_VARIANTS,  # issue 21's signals: see _signals.py
 }
-TARGETS = {"B": 1.30, "C": 1.02, "defaults": 1.02, **SIGNAL_TARGETS}
+TARGETS = {
+    "B": 1.30,
+    "C": 1.02,
+    "defaults": 1.02,
+    "B-alerts": 1.30,
+    "defaults-alerts": 1.02,
+    **SIGNAL_TARGETS,
+}
 
 
 def fitter(variant: str, x, y, log_dir: str, batch: int):
     """A fresh compiled MLP of `variant` and a one-epoch fit of it."""
     options, with_callback = VARIANTS[variant]
     optimizer = make_optimizer(options)
-    callback = GradientMonitorCallback(log_dir, alerts=False)
+    callback = GradientMonitorCallback(log_dir, alerts=with_callback == "alerts")
     callbacks = [callback] if with_callback else []
     keras.utils.set_random_seed(0)
     model = MODELS["mlp"].build()

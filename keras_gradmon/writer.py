@@ -382,8 +382,22 @@ class MonitorWriter:
     def capture(self, scalars: bool = True, histograms: bool = False) -> None:
         """Takes the recent statistics (and histograms) for the worker thread
         to publish."""
+        item = self.take(scalars, histograms)
+        if item is not None:
+            self._worker.put(item)
+
+    def take(self, scalars: bool = True, histograms: bool = False) -> tuple | None:
+        """The recent statistics (and histograms), captured without waiting
+        for the device, for `publish_taken` (None before the monitor is
+        built). The Keras logs get the newest of them (`write_immediate`).
+
+        Example:
+
+        >>> taken = writer.take()  # doctest: +SKIP
+        >>> writer.publish_taken(taken)  # later: waits for those steps only
+        """
         if not self.monitor.built:
-            return
+            return None
         self.claim()
         state = self.monitor.state
         item = (
@@ -392,7 +406,22 @@ class MonitorWriter:
         )
         if scalars:
             self._immediate_pending = item[0]
-        self._worker.put(item)
+        return item
+
+    def publish_taken(self, item: tuple) -> None:
+        """Publishes what `take` captured, now, on this thread, after
+        whatever is queued (its listeners, the alert rules, run here), if
+        it holds summaries not published yet (another reader's capture may
+        have published them first: that is no miss)."""
+        self.drain()
+        scalars, histograms = item
+        fresh = [
+            unpack(captured)[0] > self._cursor(kind).seen
+            for kind, captured in (("summaries", scalars), ("histograms", histograms))
+            if captured is not None
+        ]
+        if any(fresh):
+            self._process(item)
 
     def write(self) -> bool:
         """Publishes fresh scalars and histograms now, after whatever is

@@ -223,3 +223,38 @@ def test_async_batch_hooks_write_every_summary(tmp_path):
     histograms = events.Tensors("grad_hist/" + monitored.monitor.paths[0])
     assert [e.step for e in histograms] == list(range(0, 80, 6))
     assert alerts.checker.checked_step == 78
+
+
+class _Seen(keras.callbacks.Callback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[int] = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.seen.append(batch)
+
+
+def test_a_stop_acts_two_batches_after_the_step_on_jax(tmp_path):
+    # docs/architecture.md, "Alerts": on JAX the rules run on a step's
+    # summary once the next step runs, so the device never waits for the
+    # host; a "stop" then ends fit after the batch two after the step.
+    poisoned = 3
+    model = compiled(
+        GradientMonitorOptimizer(
+            keras.optimizers.SGD(0.05), every_n_steps=1, histogram_every_n_steps=None
+        )
+    )
+    x, y = data(8 * 8)
+    x[poisoned * 8 : (poisoned + 1) * 8] = np.nan
+    callback = keras_gradmon.GradientMonitorCallback(
+        str(tmp_path), alerts=keras_gradmon.AlertOptions(actions={"critical": "stop"})
+    )
+    seen = _Seen()
+    model.fit(
+        x, y, batch_size=8, epochs=2, shuffle=False, verbose=0,
+        callbacks=[callback, seen],
+    )  # fmt: skip
+    assert seen.seen == list(range(poisoned + 3))
+    first = callback.alerts[0]
+    assert (first.rule, first.tier, first.step) == ("nonfinite", "critical", poisoned)
+    assert callback.checker.checked_step == poisoned + 2  # the fit's last step
