@@ -13,6 +13,9 @@ defaults' figure there). Interleaved repetitions of:
             (two or three programs chosen on the host).
   nocb      the same optimizer without the callback (one program, its
             conditional every step).
+  every, every-alerts, every-nocb   statistics every step (no histograms)
+            with the callback, with its alert rules on too, and without
+            it: the host's part of every step measured (`--variants`).
 
 It prints the min and median microseconds a step and the least CPU time a
 step (all threads) of each, and the min overhead over plain.
@@ -42,11 +45,14 @@ def build(variant: str) -> tuple[keras.Model, list]:
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     optimizer = keras.optimizers.SGD(0.01)
     callbacks = []
+    every = variant.startswith("every")
+    options = {"every_n_steps": 1, "histogram_every_n_steps": None} if every else {}
     if variant != "plain":
-        optimizer = keras_gradmon.GradientMonitorOptimizer(optimizer)
-    if variant == "defaults":
+        optimizer = keras_gradmon.GradientMonitorOptimizer(optimizer, **options)
+    if variant in ("defaults", "every", "every-alerts"):
         log_dir = tempfile.mkdtemp(prefix="bench_host_")
-        callbacks = [keras_gradmon.GradientMonitorCallback(log_dir, alerts=False)]
+        alerts = variant == "every-alerts"
+        callbacks = [keras_gradmon.GradientMonitorCallback(log_dir, alerts=alerts)]
     model.compile(optimizer, "mse", jit_compile=True)
     return model, callbacks
 
@@ -54,11 +60,13 @@ def build(variant: str) -> tuple[keras.Model, list]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--variants", default="plain,defaults,nocb")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     x = rng.random((STEPS, 4), np.float32)
     y = rng.random((STEPS, 1), np.float32)
-    runs = {name: build(name) for name in ("plain", "defaults", "nocb")}
+    names = ["plain", *(v for v in args.variants.split(",") if v != "plain")]
+    runs = {name: build(name) for name in names}
     for model, callbacks in runs.values():  # compiles; past the programs' wait
         model.fit(x, y, batch_size=1, epochs=2, verbose=0, callbacks=callbacks)
     wall: dict[str, list[float]] = {name: [] for name in runs}

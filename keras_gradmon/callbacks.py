@@ -139,12 +139,14 @@ class StepTracker:
     At each epoch start it takes the optimizer's iteration count (one host
     read an epoch); at the end of the epoch's first batch, with `read`
     given, it reads the count once more to learn how many optimizer steps
-    a batch takes (a `train_step` may apply the optimizer several times:
-    a WGAN's critic steps); batches are then counted from it, several
-    steps per batch with `steps_per_execution`. A step skipped for
-    non-finite gradients does not advance the optimizer's count, so within
-    an epoch the host count can run ahead by the skips (callers that must
-    not miss a summary look again until they find it).
+    a batch takes (a `train_step` may apply the optimizer several times: a
+    WGAN's critic steps), until it has learnt it once: a tracker serves one
+    `fit`, whose train function is the same in every epoch. Batches are
+    then counted from it, several steps per batch with
+    `steps_per_execution`. A step skipped for non-finite gradients does not
+    advance the optimizer's count, so within an epoch the host count can
+    run ahead by the skips (callers that must not miss a summary look
+    again until they find it).
 
     Args:
         read: Reads the optimizer's iteration count, or None to take one
@@ -168,6 +170,8 @@ class StepTracker:
         self.done = 0
         #: Optimizer steps per batch (1 until measured).
         self.per_batch = 1.0
+        #: Whether `per_batch` was measured (by `read`).
+        self.measured = False
 
     def start_epoch(self, iterations: int) -> None:
         self.epoch_first = int(iterations)
@@ -179,10 +183,11 @@ class StepTracker:
 
     def batch_end(self, batch: int) -> tuple[int, int]:
         """`[first, end)`: the steps run since the previous `batch_end`."""
-        if self.done == 0 and self.read is not None:
+        if self.done == 0 and self.read is not None and not self.measured:
             taken = int(self.read()) - self.epoch_first
             if taken > 0:
                 self.per_batch = taken / (batch + 1)
+                self.measured = True
         first = self.epoch_first + self._steps(self.done)
         self.done = max(self.done, batch + 1)
         return first, self.epoch_first + self._steps(self.done)
@@ -619,11 +624,12 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         )
 
     def _plan(self, batch: int) -> tuple[bool, bool]:
-        """Whether a step of the call that starts at `batch` can be due (an
-        epoch's first call always: it tells how many steps a batch takes),
-        and whether the host knows it is: one step, its statistics due,
-        its histograms not (`Programs.plan`)."""
-        if batch == 0 or self.monitor_writer.missed or self._pending:
+        """Whether a step of the call that starts at `batch` can be due (the
+        first call of an epoch before the steps a batch takes are measured
+        always: it tells them), and whether the host knows it is: one step,
+        its statistics due, its histograms not (`Programs.plan`)."""
+        first_call = batch == 0 and not self._steps.measured
+        if first_call or self.monitor_writer.missed or self._pending:
             return True, False
         first = self._steps.batch_start(batch)
         end = self._steps.batch_start(batch + self._per_call)

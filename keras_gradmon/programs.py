@@ -22,7 +22,7 @@ hooks, `fit` here runs up to three programs of its train function:
 `GradientMonitorCallback` tells `Programs` before each call, from its
 host-side step count (`callbacks.StepTracker`), whether any step of that
 call can be due, and whether it knows it is (`plan`); the measuring program
-runs where a step may be due and the host cannot tell for sure (an epoch's
+runs where a step may be due and the host cannot tell for sure (a `fit`'s
 first call, histograms, several steps a call, a summary not found yet). A
 call nobody planned for (`train_on_batch`, a `fit` without the callback)
 runs the measuring program, so nothing is ever missed for want of a plan.

@@ -85,9 +85,10 @@ def test_the_due_steps_and_only_they_are_recorded(fitted):
 
 def test_steps_with_nothing_due_run_the_idle_program(fitted):
     _, model, _ = fitted
-    # The measuring program: 0 and 10 (an epoch's first batch), 7 and 14
-    # (histograms); the due program: 4, 8, 12, 16 (statistics alone).
-    calls = {"measuring": 4, "due": 4, "idle": 12}
+    # The measuring program: 0 (the first call, which measures the steps a
+    # batch takes), 7 and 14 (histograms); the due program: 4, 8, 12, 16
+    # (statistics alone); 10, the second epoch's first step, is idle.
+    calls = {"measuring": 3, "due": 4, "idle": 13}
     assert Programs.made_for(model).calls == calls
 
 
@@ -130,8 +131,8 @@ def test_after_fit_the_model_measures_again_and_a_second_fit_reuses_both(
     assert model.train_function is programs.measuring
     _fit(model, tmp_path, epochs=1)  # steps 20 to 29: 20, 21, 24, 28 due
     assert Programs.made_for(model) is programs
-    # 20 (an epoch's first batch), 21 and 28 (histograms) measure; 24 due.
-    assert programs.calls == {"measuring": 7, "due": 5, "idle": 18}
+    # 20 (the fit's first call), 21 and 28 (histograms) measure; 24 due.
+    assert programs.calls == {"measuring": 6, "due": 5, "idle": 19}
     events = load_events(str(tmp_path))
     assert sorted(scalar_series(events, "grad_norm/global")) == [20, 24, 28]
 
