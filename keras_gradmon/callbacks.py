@@ -140,8 +140,9 @@ class StepTracker:
     read an epoch); at the end of the epoch's first batch, with `read`
     given, it reads the count once more to learn how many optimizer steps
     a batch takes (a `train_step` may apply the optimizer several times: a
-    WGAN's critic steps), until it has learnt it once: a tracker serves one
-    `fit`, whose train function is the same in every epoch. Batches are
+    WGAN's critic steps), with `once` only until it has learnt it: a
+    tracker serves one `fit`, whose train function is the same in every
+    epoch. Batches are
     then counted from it, several steps per batch with
     `steps_per_execution`. A step skipped for non-finite gradients does not
     advance the optimizer's count, so within an epoch the host count can
@@ -151,6 +152,9 @@ class StepTracker:
     Args:
         read: Reads the optimizer's iteration count, or None to take one
             step per batch.
+        once: Whether one measurement holds for every epoch (the optimizer
+            counts every step: none skipped, so a batch's steps are all
+            counted); else each epoch measures again.
 
     Example:
 
@@ -164,8 +168,11 @@ class StepTracker:
     ((100, 103), (103, 106))
     """
 
-    def __init__(self, read: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, read: Callable[[], int] | None = None, once: bool = False
+    ) -> None:
         self.read = read
+        self.once = once
         self.epoch_first = 0
         self.done = 0
         #: Optimizer steps per batch (1 until measured).
@@ -187,7 +194,7 @@ class StepTracker:
             taken = int(self.read()) - self.epoch_first
             if taken > 0:
                 self.per_batch = taken / (batch + 1)
-                self.measured = True
+                self.measured = self.once
         first = self.epoch_first + self._steps(self.done)
         self.done = max(self.done, batch + 1)
         return first, self.epoch_first + self._steps(self.done)
@@ -454,14 +461,16 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
     (`alerts`) see every summary once; each alert is an entry of `alerts`,
     an `alerts/<rule>` flag and an `alert_log` text beside the numbers, and
     a log line grouped into incidents (logger "keras_gradmon"); its tier's
-    action runs ("stop" ends `fit` after the batch). On steps without a
+    action runs ("stop" ends `fit` after the batch; on JAX up to two
+    batches later, see below). On steps without a
     summary due the callback reads nothing from the device. The monitor's
     writer (`keras_gradmon.writer.MonitorWriter`) is the one reader of what
     the optimizer recorded; without alerts it reads back and writes on a
     worker thread, with them on the training thread, so that an action
-    acts on the batch that fired it (on JAX two batches later: the reads
-    happen at a batch's start there, and the rules wait for a step only
-    once the next one runs).
+    acts on the batch that fired it (on JAX up to two batches later: the
+    reads happen at the next batch's start there where Keras runs the end
+    hooks on a worker thread, and the rules wait for a step only once the
+    next one runs).
 
     Args:
         log_dir: Directory for the event file (created lazily). Use a
@@ -571,7 +580,11 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
             writer.link(self.checker.listening)
         self._pending = False
         self._held = None
-        self._steps = StepTracker(read=lambda: optimizer_step(self._monitored()))
+        monitored = self._monitored()
+        self._steps = StepTracker(
+            read=lambda: optimizer_step(monitored),
+            once=bool(getattr(monitored, "counts_every_step", False)),
+        )
         self._fresh_fit = True
         self._console = progress_safe_console(self)
         model = self.model  # on JAX, each `self.model` syncs the trainer's state
@@ -692,15 +705,18 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         Waiting for a read's own steps would leave the device idle while the
         host prepares the next step (on a GPU, every step measured took 2.3x
         a plain one's time); a batch later they are done, or nearly, while
-        the newest step runs. An action therefore acts a batch later than on
-        TensorFlow; the alerts' steps are the summaries' own either way."""
+        the newest step runs. An action therefore acts later than on
+        TensorFlow (two batches after the step, where the reads happen at a
+        batch's start); the alerts' steps are the summaries' own either
+        way."""
         held, self._held = self._held, None
         writer, before = self.monitor_writer, self.checker.checked_step
         with hook_lock(self):
-            writer.publish_taken(held)
+            fresh = writer.publish_taken(held)
         if writer.latest is not None:
             self.checker.checked_step = writer.latest.step
-        self._pending = self.checker.checked_step == before
+        # Not found: nothing new, and no other reader published it first.
+        self._pending = not fresh and self.checker.checked_step == before
         if self.checker.stop_requested:
             self.model.stop_training = True
 
@@ -714,7 +730,8 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         self._read_last()
         writer = self.monitor_writer
-        self._held = None  # its rows are in the state that `check` reads
+        if self._held is not None:  # `check` waits for the same steps
+            self._check_held()
         if self.checker is not None:
             self.checker.check()
             if self.checker.stop_requested:

@@ -8,7 +8,8 @@ alert rules read with it. Whatever asks for the numbers (the callback, a
 custom loop's `write_summaries`, an alert checker) goes through
 `MonitorWriter.of(monitor)`, so two of them never read the ring twice, nor
 write a summary twice. The reading back and the writing happen on a worker
-thread (`Worker`), or at once with `write()`.
+thread (`Worker`), or at once with `write()`, or later on the caller's
+thread (`take`, then `publish_taken` once the steps are done).
 
 Example:
 
@@ -231,7 +232,9 @@ class MonitorWriter:
     back-pressure, not memory), and it flushes the hubs whenever it runs
     dry, so everything captured lands in the files even if training stops
     with an exception. `write()` does the same at once, after whatever is
-    queued. Recorders marked `immediate` (Keras logs) get the newest summary
+    queued; `take()` captures for `publish_taken()`, which publishes on the
+    caller's thread when it is called (the callback's alert rules on JAX, a
+    batch later). Recorders marked `immediate` (Keras logs) get the newest summary
     of a capture when `write_immediate()` is called, where the logs are
     filled.
 
@@ -408,20 +411,30 @@ class MonitorWriter:
             self._immediate_pending = item[0]
         return item
 
-    def publish_taken(self, item: tuple) -> None:
+    def publish_taken(self, item: tuple) -> bool:
         """Publishes what `take` captured, now, on this thread, after
-        whatever is queued (its listeners, the alert rules, run here), if
-        it holds summaries not published yet (another reader's capture may
-        have published them first: that is no miss)."""
+        whatever is queued (its listeners, the alert rules, run here), and
+        flushes it to its files, if it holds summaries not published yet
+        (another reader's capture may have published them first: that is
+        no miss); returns whether it did.
+
+        Example:
+
+        >>> taken = writer.take(scalars=True)  # doctest: +SKIP
+        >>> writer.publish_taken(taken)  # a step later: that step is done
+        True
+        """
         self.drain()
         scalars, histograms = item
-        fresh = [
+        fresh = any(
             unpack(captured)[0] > self._cursor(kind).seen
             for kind, captured in (("summaries", scalars), ("histograms", histograms))
             if captured is not None
-        ]
-        if any(fresh):
+        )
+        if fresh:
             self._process(item)
+            self.flush()
+        return fresh
 
     def write(self) -> bool:
         """Publishes fresh scalars and histograms now, after whatever is

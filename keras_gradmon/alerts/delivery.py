@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 
 
 #: What to do when an alert of a tier fires: "log" (only the log line),
-#: "stop" (end `fit` after this batch, as `TerminateOnNaN` does), "raise"
+#: "stop" (end `fit` after this batch, as `TerminateOnNaN` does; on JAX up
+#: to two batches later, docs/architecture.md "Alerts"), "raise"
 #: (`GradientAlertError`), or a callable taking the `Alert`.
 Action = str | Callable[[Alert], Any]
 ACTIONS = ("log", "stop", "raise")
@@ -255,8 +256,9 @@ class AlertOptions:
         rules: Rules by name (or a list); None for the monitor's defaults
             (`keras_gradmon.alerts.default_rules()` for gradients).
         actions: `{tier: action}` for "warning" and "critical"; each "log"
-            (default), "stop" (end `fit` after the batch), "raise"
-            (`GradientAlertError`) or a callable taking the `Alert`.
+            (default), "stop" (end `fit` after the batch; on JAX up to two
+            batches later), "raise" (`GradientAlertError`) or a callable
+            taking the `Alert`.
         jsonl_path: Append each alert as one JSON line to this file.
         cooldown_steps: The same rule, tier and subject is not reported
             again within this many steps (a critical passes a warning's).

@@ -258,3 +258,28 @@ def test_a_stop_acts_two_batches_after_the_step_on_jax(tmp_path):
     first = callback.alerts[0]
     assert (first.rule, first.tier, first.step) == ("nonfinite", "critical", poisoned)
     assert callback.checker.checked_step == poisoned + 2  # the fit's last step
+
+
+def test_rules_a_batch_later_miss_no_summary_and_measure_only_when_due(
+    tmp_path, monkeypatch
+):
+    from keras_gradmon.programs import Programs
+    from tests.reference import load_events, scalar_series
+
+    monkeypatch.setattr(Programs, "patience", 0.0)  # the idle program at once
+    monitored = GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-3), every_n_steps=4, histogram_every_n_steps=7
+    )
+    callback = keras_gradmon.GradientMonitorCallback(str(tmp_path))  # rules on
+    model = compiled(monitored)
+    x, y = data(8 * 20)
+    model.fit(
+        x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, callbacks=[callback]
+    )
+    events = load_events(str(tmp_path))
+    assert sorted(scalar_series(events, "grad_norm/global")) == list(range(0, 40, 4))
+    assert callback.checker.checked_step == 36
+    # Measuring: 0 (the first call) and the histograms' 7, 14, 21, 28, 35;
+    # due: the other multiples of 4. A histogram-only summary is no miss.
+    calls = Programs.made_for(model).calls
+    assert calls == {"measuring": 6, "due": 8, "idle": 26}
