@@ -330,6 +330,14 @@ def progress_safe_console(callback: Any) -> contextlib.ExitStack | None:
     return stack
 
 
+def _missed(found: bool, before: int, checker: AlertChecker) -> bool:
+    """Whether a look for a due summary missed it: it found nothing new
+    (`found`), and the rules saw no newer summary than at step `before`
+    (another reader of the same writer may have published it first). A
+    look that found only histograms found something."""
+    return not found and checker.checked_step == before
+
+
 class AsyncOnJax:
     """`async_safe` on the JAX backend (Keras then runs the batch hooks on a
     worker thread); on TensorFlow Keras keeps calling them in line."""
@@ -689,7 +697,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         else:
             before = self.checker.checked_step
             self.checker.check()
-            self._pending = self.checker.checked_step == before
+            self._pending = _missed(self.checker.found, before, self.checker)
         if self.checker.stop_requested:
             self.model.stop_training = True
 
@@ -715,8 +723,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
             fresh = writer.publish_taken(held)
         if writer.latest is not None:
             self.checker.checked_step = writer.latest.step
-        # Not found: nothing new, and no other reader published it first.
-        self._pending = not fresh and self.checker.checked_step == before
+        self._pending = _missed(fresh, before, self.checker)
         if self.checker.stop_requested:
             self.model.stop_training = True
 

@@ -259,3 +259,18 @@ def test_several_steps_a_call_measure_where_one_of_them_is_due(tmp_path):
     assert Programs.made_for(model).calls == {"measuring": 4, "idle": 2, "due": 0}
     events = load_events(str(tmp_path))
     assert sorted(scalar_series(events, "grad_norm/global")) == [0, 6, 12, 18]
+
+
+def test_with_the_alert_rules_a_histogram_only_summary_is_no_miss(tmp_path):
+    # Steps 7 and 14 record histograms alone: the rules' look finds no new
+    # scalar summary there, and that must not read as a missed one (which
+    # would make the next calls measure until the next summary).
+    optimizer = keras_gradmon.GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-2), every_n_steps=4, histogram_every_n_steps=7
+    )
+    model = _model(optimizer)
+    callback = keras_gradmon.GradientMonitorCallback(str(tmp_path))  # rules on
+    x, y = _data()
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[callback])
+    assert Programs.made_for(model).calls == {"measuring": 3, "due": 4, "idle": 13}
+    assert callback.checker.checked_step == 16

@@ -536,6 +536,9 @@ class AlertChecker:
         self.writer.link(self.listening)
         #: The step of the last summary the rules saw.
         self.checked_step = NO_STEP
+        #: Whether the last `check` found summaries or histograms not
+        #: published before.
+        self.found = False
 
     @property
     def history(self) -> list[Alert]:
@@ -566,7 +569,7 @@ class AlertChecker:
             return []
         self.delivery.tag_scope = monitor.tags.scope  # derived ones too
         before = len(self.engine.history)
-        self.writer.write()
+        self.found = self.writer.write()
         if self.writer.latest is not None:
             self.checked_step = self.writer.latest.step
         return self.engine.history[before:]
