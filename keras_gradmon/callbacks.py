@@ -142,8 +142,7 @@ class StepTracker:
     a batch takes (a `train_step` may apply the optimizer several times: a
     WGAN's critic steps), with `once` only until it has learnt it: a
     tracker serves one `fit`, whose train function is the same in every
-    epoch. Batches are
-    then counted from it, several steps per batch with
+    epoch. Batches are then counted from it, several steps per batch with
     `steps_per_execution`. A step skipped for non-finite gradients does not
     advance the optimizer's count, so within an epoch the host count can
     run ahead by the skips (callers that must not miss a summary look
@@ -330,12 +329,13 @@ def progress_safe_console(callback: Any) -> contextlib.ExitStack | None:
     return stack
 
 
-def _missed(found: bool, before: int, checker: AlertChecker) -> bool:
+def _missed(found: bool, before: int, after: int) -> bool:
     """Whether a look for a due summary missed it: it found nothing new
-    (`found`), and the rules saw no newer summary than at step `before`
-    (another reader of the same writer may have published it first). A
-    look that found only histograms found something."""
-    return not found and checker.checked_step == before
+    (`found`), and the rules' last summary is still the one of step
+    `before` (`after`: another reader of the same writer may have
+    published it first). A look that found only histograms found
+    something."""
+    return not found and after == before
 
 
 class AsyncOnJax:
@@ -697,9 +697,10 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         else:
             before = self.checker.checked_step
             self.checker.check()
-            self._pending = _missed(self.checker.found, before, self.checker)
-        if self.checker.stop_requested:
-            self.model.stop_training = True
+            self._pending = _missed(
+                self.checker.found, before, self.checker.checked_step
+            )
+        self._stop_if_asked()
 
     def _check_behind(self, scalars: bool, histograms: bool) -> None:
         """JAX: takes what the steps up to now recorded, for the rules to
@@ -723,7 +724,11 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
             fresh = writer.publish_taken(held)
         if writer.latest is not None:
             self.checker.checked_step = writer.latest.step
-        self._pending = _missed(fresh, before, self.checker)
+        self._pending = _missed(fresh, before, self.checker.checked_step)
+        self._stop_if_asked()
+
+    def _stop_if_asked(self) -> None:
+        """Ends `fit` after this batch where an alert's action asked to."""
         if self.checker.stop_requested:
             self.model.stop_training = True
 
@@ -741,8 +746,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
             self._check_held()
         if self.checker is not None:
             self.checker.check()
-            if self.checker.stop_requested:
-                self.model.stop_training = True
+            self._stop_if_asked()
         writer.write()  # what is queued first, then what is fresh
         writer.flush()
         writer.write_immediate()

@@ -234,9 +234,9 @@ class MonitorWriter:
     with an exception. `write()` does the same at once, after whatever is
     queued; `take()` captures for `publish_taken()`, which publishes on the
     caller's thread when it is called (the callback's alert rules on JAX, a
-    batch later). Recorders marked `immediate` (Keras logs) get the newest summary
-    of a capture when `write_immediate()` is called, where the logs are
-    filled.
+    batch later). Recorders marked `immediate` (Keras logs) get the newest
+    summary of a capture when `write_immediate()` is called, where the logs
+    are filled.
 
     More summaries recorded between two looks than the state keeps
     (`summary_history`) are counted, written as `dropped/summaries` (and
@@ -446,18 +446,9 @@ class MonitorWriter:
         scalars, histograms = self.monitor.state.counts()
         fresh_stats = scalars > self._cursor("summaries").seen
         fresh_hist = histograms > self._cursor("histograms").seen
-        if fresh_stats or fresh_hist:
-            self.claim()
-            state = self.monitor.state
-            item = (
-                state.capture_scalars() if fresh_stats else None,
-                state.capture_histograms() if fresh_hist else None,
-            )
-            if fresh_stats:
-                self._immediate_pending = item[0]
-            self._process(item)
-            self.flush()
-        return fresh_stats or fresh_hist
+        if not (fresh_stats or fresh_hist):
+            return False
+        return self.publish_taken(self.take(fresh_stats, fresh_hist))
 
     @property
     def immediate_pending(self) -> bool:
