@@ -13,18 +13,25 @@ weights, gradients and optimizer), on random tokens. Variants, interleaved:
   B         statistics every step (no histograms) and the callback.
                                                         Target <= 1.05x.
 
+A variant named `NAME@N` (`B@256`) is NAME with every program's statistics
+reducing each tensor of at least 1/N of the elements where it lies, unmasked
+(`unpacking`): an experiment for the GPU, where packing's copies and
+concatenations are slow.
+
 `first fit` is each variant's first `fit` of one batch (its trace and
 compile and one step) on the model that is then timed; the timed epochs
-begin once the idle and due programs have been compiled too. `memory` compiles
-each model's train step as Keras's trainer jits it (`donate_argnums=0`)
-unwrapped, wrapped (the measuring program), wrapped under
-`planned(False)` (the idle one) and under `planned(True)` (the due one),
-and reports XLA's own accounting of each
-program's device memory (`Compiled.memory_analysis()`): arguments, outputs,
-the donated bytes they share, and temporaries. A weight-sized buffer more
-than the unwrapped step would show there as temporaries.
+begin once the idle and due programs have been compiled too. `memory`
+compiles each model's train step as Keras's trainer jits it
+(`donate_argnums=0`) unwrapped, wrapped (the measuring program), wrapped
+under `planned(False)` (the idle one) and under `planned(True)` (the due
+one) (`--memory`: which of them, `@N` as above), and reports XLA's own
+accounting of each program's device memory
+(`Compiled.memory_analysis()`): arguments, outputs, the donated bytes they
+share, and temporaries. A weight-sized buffer more than the unwrapped step
+would show there as temporaries.
 
     python benchmarks/bench_gpu_jax.py                 # both sizes
+    python benchmarks/bench_gpu_jax.py --sizes 25M --variants A,B,B@256
     python benchmarks/bench_gpu_jax.py --sizes tiny --steps 8 --reps 2  # CPU smoke
 """
 
@@ -35,10 +42,12 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import argparse
+import contextlib
 import json
 import platform
 import tempfile
 import time
+from collections.abc import Iterator
 
 import jax
 import keras
@@ -61,6 +70,40 @@ VARIANTS = {
     "B": {"every_n_steps": 1, "histogram_every_n_steps": None},
 }
 TARGETS = {"defaults": 1.01, "B": 1.05}
+#: memory's programs: name: (options, what the host plans)
+PROGRAMS = {
+    "unwrapped": (None, None),
+    "measuring": ({}, None),
+    "idle": ({}, False),
+    "due": ({}, True),
+}
+
+
+def variant(name: str, table: dict) -> tuple:
+    """The entry of `table` for `name` (`NAME@N`: NAME's), and its N or None."""
+    base, _, alone = name.partition("@")
+    return table[base], (int(alone) if alone else None)
+
+
+@contextlib.contextmanager
+def unpacking(alone: int | None) -> Iterator[None]:
+    """Within (while programs are traced), with `alone` N: the statistics of
+    every program reduce each tensor of at least 1/N of all the elements
+    where it lies, without a mask unless an element is not finite. The
+    library does so only where every step measures, with N 32
+    (`core.batched.layout_groups`, `backend.unmasked_pays`)."""
+    if alone is None:
+        yield
+        return
+    from keras_gradmon.backend import jax as jax_backend
+    from keras_gradmon.core import batched
+
+    saved = batched._ALONE, jax_backend.unmasked_pays
+    batched._ALONE, jax_backend.unmasked_pays = alone, lambda every_step: True
+    try:
+        yield
+    finally:
+        batched._ALONE, jax_backend.unmasked_pays = saved
 
 
 class PositionEmbedding(keras.layers.Layer):
@@ -112,27 +155,35 @@ def data(size: str, steps: int) -> tuple[np.ndarray, np.ndarray]:
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def time_size(size: str, steps: int, reps: int, log_root: str) -> list[dict]:
-    """Interleaved epochs of every variant; the first fits beside them."""
+def time_size(
+    size: str, variants: list[str], steps: int, reps: int, log_root: str
+) -> list[dict]:
+    """Interleaved epochs of `variants`; the first fits beside them."""
     batch = SIZES[size][-1]
     x, y = data(size, steps)
     units, first = {}, {}
-    for variant, options in VARIANTS.items():
+    for name in variants:
+        options, alone = variant(name, VARIANTS)
         model = build(size, options)
-        log_dir = os.path.join(log_root, size, variant)
+        log_dir = os.path.join(log_root, size, name.replace("@", "_"))
         callbacks = [] if options is None else [GradientMonitorCallback(log_dir)]
 
-        def fit(model=model, callbacks=callbacks, n: int | None = None) -> None:
-            model.fit(x[:n], y[:n], batch_size=batch, verbose=0, callbacks=callbacks)
+        def fit(model=model, callbacks=callbacks, n=None, alone=alone) -> None:
+            with unpacking(alone):
+                model.fit(
+                    x[:n], y[:n], batch_size=batch, verbose=0, callbacks=callbacks
+                )
 
         start = time.perf_counter()
         fit(n=batch)
-        first[variant] = time.perf_counter() - start
+        first[name] = time.perf_counter() - start
         settle(model, fit)
-        units[variant] = fit
-        print(f"{size} {variant}: first fit {first[variant]:.1f} s", flush=True)
+        units[name] = fit
+        print(f"{size} {name}: first fit {first[name]:.1f} s", flush=True)
     cpu: dict = {}
-    rows = summarize(interleaved_times(units, reps, cpu), "A", TARGETS, cpu)
+    targets = {name: TARGETS.get(name.partition("@")[0]) for name in variants}
+    targets = {name: target for name, target in targets.items() if target}
+    rows = summarize(interleaved_times(units, reps, cpu), "A", targets, cpu)
     for row in rows:
         row["model"] = f"{size} ({count_parameters(size) / 1e6:.1f}M)"
         row["first_fit"] = first[row["name"]]
@@ -168,23 +219,19 @@ def count_parameters(size: str) -> int:
     return _COUNTS[size]
 
 
-def memory(size: str) -> dict[str, dict[str, int]]:
+def memory(size: str, programs: list[str]) -> dict[str, dict[str, int]]:
     """XLA's device-memory accounting of each train-step program."""
     x, y = data(size, 1)
     report = {}
-    for name, options, plan in (
-        ("unwrapped", None, None),
-        ("measuring", {}, None),
-        ("idle", {}, False),
-        ("due", {}, True),
-    ):
+    for name in programs:
+        (options, plan), alone = variant(name, PROGRAMS)
         model = build(size, options)
         model.fit(x, y, batch_size=len(x), verbose=0)  # builds every variable
         state = model._get_jax_state(
             trainable_variables=True, non_trainable_variables=True,
             optimizer_variables=True, metrics_variables=True,
         )  # fmt: skip
-        with planned(plan):
+        with planned(plan), unpacking(alone):
             step = jax.jit(lambda *a, m=model: m.train_step(*a), donate_argnums=0)
             analysis = step.lower(state, (x, y)).compile().memory_analysis()
         report[name] = {
@@ -198,6 +245,8 @@ def memory(size: str) -> dict[str, dict[str, int]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="25M,100M")
+    parser.add_argument("--variants", default="A,defaults,B", help="A first")
+    parser.add_argument("--memory", default=",".join(PROGRAMS), help="programs")
     parser.add_argument("--steps", type=int, default=256, help="steps an epoch")
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--no-memory", action="store_true")
@@ -218,8 +267,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_gpu_") as log_root:
         for size in args.sizes.split(","):
             if not args.no_memory:
-                memories[size] = memory(size)
-            rows += time_size(size, args.steps, args.reps, log_root)
+                memories[size] = memory(size, args.memory.split(","))
+            variants = args.variants.split(",")
+            rows += time_size(size, variants, args.steps, args.reps, log_root)
             print(format_table(rows), flush=True)
             if args.json:  # after each size: a run cut short keeps what it did
                 save(args.json, rows, memories)

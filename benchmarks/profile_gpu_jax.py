@@ -6,9 +6,10 @@ is read back with `jax.profiler.ProfileData` and the device's kernel time
 is summed by kernel name. Printed per variant, per step: the wall time,
 the device's busy time (the union of its kernels' intervals on all streams)
 and the kernels' summed time; then the kernels that take the most time in
-the last variant beyond the first.
+the last variant beyond the first. Variants as in `bench_gpu_jax.py`
+(`B@256` too).
 
-    python benchmarks/profile_gpu_jax.py --variants A,B --steps 32
+    python benchmarks/profile_gpu_jax.py --variants A,B,B@256 --steps 32
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 
 import jax
 import keras
-from bench_gpu_jax import VARIANTS, build, data, settle
+from bench_gpu_jax import VARIANTS, build, data, settle, unpacking, variant
 
 from keras_gradmon import GradientMonitorCallback
 
@@ -57,20 +58,21 @@ def busy(events: list[tuple[str, float, float]]) -> float:
     return total
 
 
-def profile(size: str, variant: str, steps: int, root: str) -> dict:
-    options = VARIANTS[variant]
+def profile(size: str, name: str, steps: int, root: str) -> dict:
+    options, alone = variant(name, VARIANTS)
     batch = data(size, 1)[0].shape[0]
     x, y = data(size, steps)
     model = build(size, options)
-    log_dir = f"{root}/{variant}"
+    log_dir = f"{root}/{name.replace('@', '_')}"
     callbacks = [] if options is None else [GradientMonitorCallback(log_dir)]
 
     def fit(n: int | None = None) -> None:
-        model.fit(x[:n], y[:n], batch_size=batch, verbose=0, callbacks=callbacks)
+        with unpacking(alone):
+            model.fit(x[:n], y[:n], batch_size=batch, verbose=0, callbacks=callbacks)
 
     fit(batch)
     settle(model, fit)
-    trace = os.path.join(root, f"trace_{variant}")
+    trace = os.path.join(root, f"trace_{name.replace('@', '_')}")
     start = time.perf_counter()
     with jax.profiler.trace(trace):
         fit()
@@ -97,22 +99,22 @@ def main() -> None:
     keras.config.set_dtype_policy("mixed_bfloat16")
     results = {}
     with tempfile.TemporaryDirectory(prefix="profile_gpu_") as root:
-        for variant in args.variants.split(","):
-            results[variant] = r = profile(args.size, variant, args.steps, root)
+        for name in args.variants.split(","):
+            results[name] = r = profile(args.size, name, args.steps, root)
             per = 1e6 * args.steps
             kernels = sum(r["kernels"].values()) / per
             print(
-                f"{variant}: wall {r['wall'] * 1e3 / args.steps:.2f} ms/step, device "
+                f"{name}: wall {r['wall'] * 1e3 / args.steps:.2f} ms/step, device "
                 f"busy {r['busy'] / per:.2f} ms, kernels {kernels:.2f} ms, "
                 f"{r['count'] / args.steps:.0f} kernels a step",
                 flush=True,
             )
-    first, last = (results[v] for v in (args.variants.split(",")[0], variant))
+    first, last = (results[v] for v in (args.variants.split(",")[0], name))
     extra = last["kernels"].copy()
     extra.subtract(first["kernels"])
-    print(f"kernels, us a step, {variant} beyond the first variant:")
-    for name, ns in extra.most_common(args.top):
-        print(f"{ns / 1e3 / args.steps:9.1f}  {name[:150]}")
+    print(f"kernels, us a step, {name} beyond the first variant:")
+    for kernel, ns in extra.most_common(args.top):
+        print(f"{ns / 1e3 / args.steps:9.1f}  {kernel[:150]}")
 
 
 if __name__ == "__main__":
