@@ -40,6 +40,7 @@ from typing import Any
 import keras
 import numpy as np
 
+from keras_gradmon import validation
 from keras_gradmon.activations.monitor import (
     ActivationMonitor,
     ActivationOptions,
@@ -496,6 +497,19 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         logs_key: The Keras logs key of the global gradient norm, or None.
         recorders: More destinations (`keras_gradmon.recorders`: JSON
             Lines, console, or your own `Recorder`).
+        read_every: The fewest steps between two reads of the summaries
+            (at most half the optimizer's `summary_history`); 1, the
+            default: a read after every batch with a summary due. With
+            more, a summary due sooner after the last read waits, with
+            those after it, for the first batch that ends this many steps
+            after that read (or the epoch's end), and the event files, the
+            Keras logs and the alert rules get them then, each with its
+            own step: the logs and an alert's action lag by up to that many
+            steps, and a run that raises mid-epoch loses the summaries
+            still waiting. For summaries at every step: each read costs the
+            host about as much as publishing several summaries (the
+            benchmark MLP on JAX: 1.29x a plain step read every 8 steps,
+            1.44-1.55x read after each; docs/benchmarks.md).
 
     Example:
 
@@ -521,10 +535,12 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         hub: Hub | None = None,
         logs_key: str | None = "grad_norm",
         recorders: Sequence[Recorder] | None = None,
+        read_every: int = 1,
     ) -> None:
         super().__init__()
         # Every argument is checked now, not when `fit` starts.
         check_hub(hub, log_dir, writer)
+        self.read_every = validation.positive_int("read_every", read_every)
         self._owns_hub = hub is None
         self.hub = recording_hub(log_dir, writer, hub)
         for recorder in check_recorders(recorders):
@@ -554,6 +570,11 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         #: Steps before this one need nothing from the callback, as far as
         #: its reads have looked (`_quiet`); -1 where it has not looked yet.
         self._quiet_end: float = -1
+        #: The step the last read looked up to (`read_every`), and whether
+        #: summaries due since wait for a later read.
+        self._read_end: float = float("-inf")
+        self._waiting = False
+        self._reading_last = False
 
     @property
     def alerts(self) -> list[Alert]:
@@ -611,6 +632,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._fresh_fit = False
         self._steps.start_epoch(step)
         self._quiet_end = -1
+        self._read_end, self._waiting = float("-inf"), False
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         if self._held is not None:
@@ -640,6 +662,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
             self._steps.done > 0  # the epoch's steps per batch are known
             and self._steps.batch_start(batches_end) <= self._quiet_end
             and not self._pending
+            and not self._waiting
             and writer is not None
             and not writer.missed
         )
@@ -676,7 +699,14 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         # After a look that found nothing (a skipped step delayed the
         # summary): look after every step until it shows up.
         missed = writer.missed or self._pending
+        if (scalars or self._waiting) and not (histograms or missed):
+            if self._waits(end):  # read with a later batch (`read_every`)
+                self._waiting = True
+                return
+            scalars = True
+        self._waiting = False
         if scalars or histograms or missed:
+            self._read_end = end
             with hook_lock(self):
                 self._read(scalars or missed, histograms or missed)
         if not missed:  # the steps before `end` are read: quiet until due
@@ -684,6 +714,15 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
                 monitor.schedule.next_due(end), monitor.histogram_schedule.next_due(end)
             )
             self._quiet_end = max(self._quiet_end, due)
+
+    def _waits(self, end: int) -> bool:
+        """Whether the summaries due before step `end` wait for a later read:
+        the last read looked up to fewer than `read_every` steps before
+        (at most half the ring: a read then finds every summary since), and
+        this is not the epoch's last read."""
+        history = self.monitor_writer.monitor.layout.history
+        every = min(self.read_every, max(1, history // 2))
+        return not self._reading_last and end - self._read_end < every
 
     def _read(self, scalars: bool, histograms: bool) -> None:
         writer = self.monitor_writer
@@ -740,7 +779,11 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
             self._logs.keys = {self.logs_key: tag("grad_norm", GLOBAL, scope)}
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self._read_last()
+        self._reading_last = True
+        try:
+            self._read_last()
+        finally:
+            self._reading_last = False
         writer = self.monitor_writer
         if self._held is not None:  # `check` waits for the same steps
             self._check_held()
