@@ -9,6 +9,8 @@ LSTM/GRU model, ResNet50V2 at 32x32) it times epochs of `model.fit`
   B        statistics every step (no histograms) + GradientMonitorCallback.
                                                              Target <= 1.30x.
   B-no-cb  B without the callback (the in-step cost).        Target <= 1.25x.
+  B-read1  B with the callback reading after each step (`read_every=1`),
+           not every 8 steps.
   B-econ   `preset("economy")` every step + callback.        Target <= 1.12x.
   C        every 100 steps, + callback.                      Target <= 1.02x.
   defaults the defaults (every 100, histograms every 1,000, update ratios),
@@ -68,6 +70,7 @@ VARIANTS = {
     "A": (None, False),
     "B": (EVERY, True),
     "B-no-cb": (EVERY, False),
+    "B-read1": (EVERY, "read1"),
     "B-econ": ({"config": MonitorConfig.preset("economy"), "every_n_steps": 1}, True),
     "C": (HUNDRED, True),
     "defaults": (DEFAULTS, True),
@@ -126,7 +129,8 @@ def epoch_runner(variant: str, spec: Spec, x, y, log_dir: str):
     """Builds and compiles the model of `variant`; returns a one-epoch callable."""
     options, with_callback = VARIANTS[variant]
     optimizer = make_optimizer(options)
-    callback = GradientMonitorCallback(log_dir, alerts=False)
+    read = {"read_every": 1} if with_callback == "read1" else {}
+    callback = GradientMonitorCallback(log_dir, alerts=False, **read)
     callbacks = [callback] if with_callback else []
     hand_logged = variant == "E"
     model = _model(variant, spec)

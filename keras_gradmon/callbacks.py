@@ -498,18 +498,20 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         recorders: More destinations (`keras_gradmon.recorders`: JSON
             Lines, console, or your own `Recorder`).
         read_every: The fewest steps between two reads of the summaries
-            (at most half the optimizer's `summary_history`); 1, the
-            default: a read after every batch with a summary due. With
-            more, a summary due sooner after the last read waits, with
-            those after it, for the first batch that ends this many steps
-            after that read (or the epoch's end), and the event files, the
-            Keras logs and the alert rules get them then, each with its
-            own step: the logs and an alert's action lag by up to that many
-            steps, and a run that raises mid-epoch loses the summaries
-            still waiting. For summaries at every step: each read costs the
-            host about as much as publishing several summaries (the
-            benchmark MLP on JAX: 1.29x a plain step read every 8 steps,
-            1.44-1.55x read after each; docs/benchmarks.md).
+            (8; at most half the optimizer's `summary_history`). A summary
+            due sooner after the last read waits, with those after it, for
+            the first batch that ends this many steps after that read (or
+            the epoch's end, or the interpreter's exit after a run that
+            raised), and the event files, the Keras logs and the alert
+            rules get them then, each with its own step: the logs' norm
+            lags by up to that many steps. Where an alert can act (a
+            "stop", "raise" or callable action), every read is made at
+            once. A read costs the host about as much as publishing a few
+            summaries: with a summary every step, the benchmark MLP on JAX
+            took 1.29x a plain step reading every 8, 1.44-1.55x reading
+            after each (docs/benchmarks.md). 1: read after every batch
+            with a summary due. Summaries further apart than this are read
+            as soon as they are due.
 
     Example:
 
@@ -535,7 +537,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         hub: Hub | None = None,
         logs_key: str | None = "grad_norm",
         recorders: Sequence[Recorder] | None = None,
-        read_every: int = 1,
+        read_every: int = 8,
     ) -> None:
         super().__init__()
         # Every argument is checked now, not when `fit` starts.
@@ -555,6 +557,9 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._alerting = None
         if options is not None:
             self._alerting = (options.engine(), options.delivery(self.hub))
+        #: Whether an alert can act on the run: then every read is made at
+        #: once (`read_every` aside), so that the action acts on time.
+        self._acts = self._alerting is not None and self._alerting[1].acts
         self._optimizer = optimizer
         self._logs = KerasLogsRecorder({})
         self._writer: MonitorWriter | None = None
@@ -702,9 +707,12 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         if (scalars or self._waiting) and not (histograms or missed):
             if self._waits(end):  # read with a later batch (`read_every`)
                 self._waiting = True
+                writer.mark_waiting(True)
                 return
             scalars = True
-        self._waiting = False
+        if self._waiting:
+            self._waiting = False
+            writer.mark_waiting(False)
         if scalars or histograms or missed:
             self._read_end = end
             with hook_lock(self):
@@ -720,9 +728,11 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         the last read looked up to fewer than `read_every` steps before
         (at most half the ring: a read then finds every summary since), and
         this is not the epoch's last read."""
+        if self._reading_last or self._acts:
+            return False
         history = self.monitor_writer.monitor.layout.history
         every = min(self.read_every, max(1, history // 2))
-        return not self._reading_last and end - self._read_end < every
+        return end - self._read_end < every
 
     def _read(self, scalars: bool, histograms: bool) -> None:
         writer = self.monitor_writer
@@ -791,6 +801,8 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
             self.checker.check()
             self._stop_if_asked()
         writer.write()  # what is queued first, then what is fresh
+        writer.mark_waiting(False)
+        self._waiting = False
         writer.flush()
         writer.write_immediate()
         self._update_logs(logs)
@@ -857,6 +869,7 @@ class GradientSummaryCallback(GradientMonitorCallback):
             hub=hub,
             logs_key=logs_key,
             recorders=recorders,
+            read_every=1,  # as it always read
         )
 
 
@@ -908,4 +921,5 @@ class GradientAlertCallback(GradientMonitorCallback):
             writer=writer,
             hub=hub,
             logs_key=None,
+            read_every=1,  # as it always read
         )

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
 _STOP = object()
 _live: weakref.WeakSet = weakref.WeakSet()
+#: The writers whose summaries a reader lets wait (`mark_waiting`).
+_waiting: weakref.WeakSet = weakref.WeakSet()
 
 
 class Worker:
@@ -128,7 +130,12 @@ class Worker:
 
 @atexit.register
 def _drain_all() -> None:
-    """At interpreter exit, lets every worker finish what it was given."""
+    """At interpreter exit, publishes the summaries left waiting (a run
+    that raised mid-epoch), and lets every worker finish what it was
+    given."""
+    for writer in list(_waiting):
+        with contextlib.suppress(Exception):
+            writer.write()
     for worker in list(_live):
         # Exiting: an error has nobody left to be reported to.
         with contextlib.suppress(Exception):
@@ -449,6 +456,20 @@ class MonitorWriter:
         if not (fresh_stats or fresh_hist):
             return False
         return self.publish_taken(self.take(fresh_stats, fresh_hist))
+
+    def mark_waiting(self, waiting: bool) -> None:
+        """Says that recorded summaries wait for a later read (a reader's
+        `read_every`), or no longer: those waiting at interpreter exit are
+        published then.
+
+        Example:
+
+        >>> writer.mark_waiting(True)  # doctest: +SKIP
+        """
+        if waiting:
+            _waiting.add(self)
+        else:
+            _waiting.discard(self)
 
     @property
     def immediate_pending(self) -> bool:

@@ -75,11 +75,22 @@ def test_skipped_steps_do_not_lose_summaries(tmp_path):
     assert sorted(steps) == list(range(0, final, 2))
 
 
-def test_steps_land_when_training_raises_and_the_process_exits(tmp_path):
+@pytest.mark.parametrize(
+    "callback",
+    [
+        "GradientSummaryCallback({log_dir!r})",
+        # Summaries wait up to 8 steps for a read: published at exit.
+        "GradientMonitorCallback({log_dir!r}, alerts=False)",
+    ],
+)
+def test_steps_land_when_training_raises_and_the_process_exits(tmp_path, callback):
+    callback = callback.format(log_dir=str(tmp_path))
     code = textwrap.dedent(
         f"""
         import keras
-        from keras_gradmon import GradientMonitorOptimizer, GradientSummaryCallback
+        from keras_gradmon import (
+            GradientMonitorCallback, GradientMonitorOptimizer, GradientSummaryCallback
+        )
         from tests.helpers import LOSS, data, mlp
 
         class Boom(keras.callbacks.Callback):
@@ -93,7 +104,7 @@ def test_steps_land_when_training_raises_and_the_process_exits(tmp_path):
                                              every_n_steps=1)
         model.compile(optimizer, LOSS, jit_compile=True)
         model.fit(x, y, batch_size=16, verbose=0,
-                  callbacks=[GradientSummaryCallback({str(tmp_path)!r}), Boom()])
+                  callbacks=[{callback}, Boom()])
         """
     )
     env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}

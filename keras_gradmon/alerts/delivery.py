@@ -153,6 +153,12 @@ class AlertDelivery:
         self.source = source
         self.stop_requested = False
 
+    @property
+    def acts(self) -> bool:
+        """Whether an alert can change the run: a tier's action other than
+        "log" ("stop", "raise", a callable)."""
+        return any(action != "log" for action in self.actions.values())
+
     def close(self) -> None:
         """Logs the end of the open incidents; closes the hub's event files
         if the hub is this delivery's own (a later write reopens them);
