@@ -558,9 +558,6 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._alerting = None
         if options is not None:
             self._alerting = (options.engine(), options.delivery(self.hub))
-        #: Whether an alert can act on the run: then every read is made at
-        #: once (`read_every` aside), so that the action acts on time.
-        self._acts = self._alerting is not None and self._alerting[1].acts
         self._optimizer = optimizer
         self._logs = KerasLogsRecorder({})
         self._writer: MonitorWriter | None = None
@@ -577,10 +574,9 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         #: its reads have looked (`_quiet`); -1 where it has not looked yet.
         self._quiet_end: float = -1
         #: The step the last read looked up to (`read_every`), and whether
-        #: summaries due since wait for a later read.
+        #: summaries due since wait for a later read (`_set_waiting`).
         self._read_end: float = float("-inf")
         self._waiting = False
-        self._reading_last = False
 
     @property
     def alerts(self) -> list[Alert]:
@@ -638,7 +634,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._fresh_fit = False
         self._steps.start_epoch(step)
         self._quiet_end = -1
-        self._read_end, self._waiting = float("-inf"), False
+        self._read_end = float("-inf")  # the epoch's first due summary: at once
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         if self._held is not None:
@@ -707,13 +703,11 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         missed = writer.missed or self._pending
         if (scalars or self._waiting) and not (histograms or missed):
             if self._waits(end):  # read with a later batch (`read_every`)
-                self._waiting = True
-                writer.mark_waiting(True)
+                self._set_waiting(True)
                 return
             scalars = True
         if self._waiting:
-            self._waiting = False
-            writer.mark_waiting(False)
+            self._set_waiting(False)
         if scalars or histograms or missed:
             self._read_end = end
             with hook_lock(self):
@@ -728,12 +722,19 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         """Whether the summaries due before step `end` wait for a later read:
         the last read looked up to fewer than `read_every` steps before
         (at most half the ring: a read then finds every summary since), and
-        this is not the epoch's last read."""
-        if self._reading_last or self._acts:
+        no alert can act (an action must act on time). The epoch's end
+        publishes whatever waits (`on_epoch_end`)."""
+        if self._alerting is not None and self._alerting[1].acts:
             return False
         history = self.monitor_writer.monitor.layout.history
         every = min(self.read_every, max(1, history // 2))
         return end - self._read_end < every
+
+    def _set_waiting(self, waiting: bool) -> None:
+        """Whether summaries wait for a later read; the writer publishes
+        those still waiting at interpreter exit (a `fit` that raised)."""
+        self._waiting = waiting
+        self.monitor_writer.mark_waiting(waiting)
 
     def _read(self, scalars: bool, histograms: bool) -> None:
         writer = self.monitor_writer
@@ -790,20 +791,15 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
             self._logs.keys = {self.logs_key: tag("grad_norm", GLOBAL, scope)}
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        self._reading_last = True
-        try:
-            self._read_last()
-        finally:
-            self._reading_last = False
+        self._read_last()
         writer = self.monitor_writer
         if self._held is not None:  # `check` waits for the same steps
             self._check_held()
         if self.checker is not None:
             self.checker.check()
             self._stop_if_asked()
-        writer.write()  # what is queued first, then what is fresh
-        writer.mark_waiting(False)
-        self._waiting = False
+        writer.write()  # what is queued first, then what is fresh (or waits)
+        self._set_waiting(False)
         writer.flush()
         writer.write_immediate()
         self._update_logs(logs)
