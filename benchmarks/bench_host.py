@@ -18,10 +18,14 @@ defaults' figure there). Interleaved repetitions of:
             it: the host's part of every step measured (`--variants`).
 
 It prints the min and median microseconds a step and the least CPU time a
-step (all threads) of each, and the min overhead over plain.
+step (all threads) of each, and the min overhead over plain. With
+`--hooks`, also the thread CPU time of the callback's batch hooks, a call
+(median over the last repetition's calls, and the mean, which holds the
+due steps' reads), timed where Keras calls them (the end hook on Keras's
+worker thread on JAX).
 
     .venv/bin/python benchmarks/bench_host.py
-    KERAS_BACKEND=jax .venv/bin/python benchmarks/bench_host.py --reps 7
+    KERAS_BACKEND=jax .venv/bin/python benchmarks/bench_host.py --reps 7 --hooks
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from typing import Any
 
 import keras
 import numpy as np
@@ -57,10 +62,37 @@ def build(variant: str) -> tuple[keras.Model, list]:
     return model, callbacks
 
 
+def time_hooks(callback: Any) -> dict[str, list[int]]:
+    """Wraps `callback`'s batch hooks (on the instance) to record each
+    call's thread CPU time in ns, into the returned lists (cleared by the
+    caller between repetitions)."""
+    calls: dict[str, list[int]] = {}
+    for name in ("on_train_batch_begin", "on_train_batch_end"):
+        hook, times = getattr(callback, name), calls.setdefault(name, [])
+
+        def timed(*args: Any, _hook: Any = hook, _times: list = times, **kw: Any):
+            start = time.thread_time_ns()
+            result = _hook(*args, **kw)
+            _times.append(time.thread_time_ns() - start)
+            return result
+
+        setattr(callback, name, timed)
+    return calls
+
+
+def print_hooks(name: str, calls: dict[str, list[int]]) -> None:
+    for hook, times in calls.items():
+        print(
+            f"  {name} {hook}: median {statistics.median(times) / 1e3:.1f} us "
+            f"thread CPU a call, mean {statistics.fmean(times) / 1e3:.1f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--variants", default="plain,defaults,nocb")
+    parser.add_argument("--hooks", action="store_true", help=time_hooks.__doc__)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     x = rng.random((STEPS, 4), np.float32)
@@ -69,10 +101,17 @@ def main() -> None:
     runs = {name: build(name) for name in names}
     for model, callbacks in runs.values():  # compiles; past the programs' wait
         model.fit(x, y, batch_size=1, epochs=2, verbose=0, callbacks=callbacks)
+    hooks = {
+        name: time_hooks(callbacks[0])
+        for name, (_, callbacks) in runs.items()
+        if args.hooks and callbacks
+    }
     wall: dict[str, list[float]] = {name: [] for name in runs}
     cpu: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.reps):
         for name, (model, callbacks) in runs.items():
+            for times in hooks.get(name, {}).values():
+                times.clear()  # the last repetition's calls are printed
             start, start_cpu = time.perf_counter(), time.process_time()
             model.fit(x, y, batch_size=1, epochs=1, verbose=0, callbacks=callbacks)
             wall[name].append((time.perf_counter() - start) / STEPS * 1e6)
@@ -85,6 +124,8 @@ def main() -> None:
             f"{statistics.median(wall[name]):.1f}, CPU min {min(cpu[name]):.1f} "
             f"(min over plain: {over:+.1f} us)"
         )
+        if name in hooks:
+            print_hooks(name, hooks[name])
 
 
 if __name__ == "__main__":
