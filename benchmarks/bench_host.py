@@ -81,6 +81,7 @@ def time_hooks(callback: Any) -> dict[str, list[int]]:
 
 
 def print_hooks(name: str, calls: dict[str, list[int]]) -> None:
+    """The median and mean thread CPU a call of each hook in `calls`."""
     for hook, times in calls.items():
         print(
             f"  {name} {hook}: median {statistics.median(times) / 1e3:.1f} us "
@@ -92,7 +93,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--variants", default="plain,defaults,nocb")
-    parser.add_argument("--hooks", action="store_true", help=time_hooks.__doc__)
+    parser.add_argument(
+        "--hooks",
+        action="store_true",
+        help="also time each call of the callback's batch hooks (thread CPU)",
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     x = rng.random((STEPS, 4), np.float32)

@@ -272,6 +272,7 @@ def test_read_every_reads_every_few_steps_and_loses_none(tmp_path):
     assert len(set(written.values())) == 10
     assert logged == [written[step - step % 4] for step in range(10)]
 
+
 def test_read_every_must_be_a_positive_int():
     with pytest.raises(ValueError, match=r"read_every.*Received: read_every=0"):
         keras_gradmon.GradientMonitorCallback("logs", read_every=0)
