@@ -45,6 +45,7 @@ from tf_agents.utils import common
 
 import keras_gradmon
 from keras_gradmon.rl.monitor import RLHealthMonitor
+from keras_gradmon.rl.rules import ReturnCollapseRule, default_rl_rules
 
 MONITOR = {
     "every_n_steps": 50,
@@ -54,6 +55,9 @@ MONITOR = {
 }
 #: CartPole-v0 counts as solved at an average return of 195.
 SOLVED = 195.0
+#: A random policy's average return on CartPole-v0: the return-collapse
+#: rule judges the progress made beyond it (below it, a fall is noise).
+RANDOM_RETURN = 22.0
 
 
 def episode_returns(
@@ -167,6 +171,10 @@ def make_health(agent, env, writer, summary_every: int) -> RLHealthMonitor:
         writer=writer,
         window=20,
         solve_threshold=SOLVED,
+        rules={
+            **default_rl_rules(),
+            "return_collapse": ReturnCollapseRule(baseline=RANDOM_RETURN),
+        },
         cooldown_steps=1000,
     )
 
