@@ -1,10 +1,7 @@
 """Writes a monitor's statistics from inside the train step, the tf-agents
-way (`tf.summary` ops under a default writer), many summaries with one op:
-a `Summary` protocol buffer serialized inside the graph, and TensorBoard's
-histogram rows computed there.
-
-Many summaries written by one op: a `Summary` protocol buffer serialized
-inside the graph.
+way: the step runs under `with writer.as_default():` and writes its own
+summaries, many with one op (a `Summary` protocol buffer serialized inside
+the graph), TensorBoard's histogram rows computed there.
 
 Every part of a summary's encoding is known when the step is traced (tag,
 plugin metadata, dtype, shape, the byte length of the value) except the
@@ -15,13 +12,9 @@ known offsets: a step writes a hundred summaries with a handful of ops
 TensorBoard reads is what `tf.summary.write` would have written: the same
 tag, metadata and tensor (dtype, shape, little-endian `tensor_content`).
 
-Writes a monitor's statistics from inside the train step (`tf.summary` ops).
-
-The tf-agents way: the train step runs under `with writer.as_default():` and
-writes its own summaries. The tags come from the monitor's tag table, known
-when the step is traced; the values are gathered from the monitor's state
-variables at the table's indices, so a summary shows exactly what
-`snapshot()` reads on the host.
+The tags come from the monitor's tag table, known when the step is traced;
+the values are gathered from the monitor's state variables at the table's
+indices, so a summary shows exactly what `snapshot()` reads on the host.
 """
 
 from __future__ import annotations
