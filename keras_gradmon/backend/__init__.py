@@ -354,6 +354,21 @@ def unconverted(function: Callable[..., Any]) -> Callable[..., Any]:
     return on_tensorflow(function)
 
 
+def lean_train_function(model: Any, step: Callable) -> Callable | None:
+    """On JAX, `model`'s train function over `step` without the optimizer
+    variables `step` passes through untouched (`jax.LeanStep`: the
+    monitor's state, on a step that measures nothing); None elsewhere, and
+    where Keras would not `jax.jit` the step alone.
+
+    Example:
+
+    >>> lean_train_function(model, idle_step)  # doctest: +SKIP
+    """
+    if keras.backend.backend() != "jax":
+        return None
+    return current().lean_train_function(model, step)
+
+
 def trainer_values(model: Any, key: str) -> list | None:
     """The live values that Keras's JAX trainer holds for `model` under
     `key` ("trainable_variables", "non_trainable_variables",

@@ -6,10 +6,12 @@ XLA's optimized HLO, as jitted by Keras's trainer (`donate_argnums=0`)."""
 import re
 
 import jax
+import jax.numpy as jnp
 import keras
 import numpy as np
 
 import keras_gradmon
+from keras_gradmon.backend.jax import LeanStep, held_positions
 from keras_gradmon.programs import Programs
 from keras_gradmon.schedule import measuring
 from tests.reference import load_events, scalar_series
@@ -47,7 +49,7 @@ def _weight_copies(optimizer, measures=True) -> list[str]:
     )
     with measuring(measures):
         # A function of its own: JAX would reuse `fit`'s trace of the bound
-        # `train_step` (see `programs._idle_function`).
+        # `train_step` (see `programs._function`).
         step = jax.jit(lambda *args: model.train_step(*args), donate_argnums=0)
         text = step.lower(state, (x[:32], y[:32])).compile().as_text()
     shapes = re.findall(r"= f32\[([0-9,]*)\]\{[^}]*\} copy\(", text)
@@ -83,8 +85,35 @@ def test_fit_runs_the_idle_program_and_records_the_due_steps(tmp_path, monkeypat
     # 16 steps: 0, 5, 10, 15 due: the measuring program at 0 (also
     # histograms; the first call, which measures the steps a batch takes),
     # the due one at 5, 10, 15; step 8, the second epoch's first, is idle.
-    assert Programs.made_for(model).calls == {"measuring": 1, "due": 3, "idle": 12}
+    programs = Programs.made_for(model)
+    assert programs.calls == {"measuring": 1, "due": 3, "idle": 12}
+    # The idle program takes none of the monitor's state arrays.
+    inner = len(optimizer.inner_optimizer.variables)
+    own = range(inner, len(optimizer.variables))
+    assert sorted(programs.idle.lean_step.held) == list(own) and len(own) == 6
+    # The due one takes those it writes: the statistics' ring, the counts.
+    names = [optimizer.variables[i].name for i in programs.due.lean_step.held]
+    assert sorted(names) == ["hist_counts", "hist_index", "hist_ranges"]
     events = load_events(str(tmp_path))
     assert sorted(scalar_series(events, "grad_norm/global")) == [0, 5, 10, 15]
     for want, got in zip(plain.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(got, want)
+
+
+def test_held_are_the_optimizer_variables_a_step_neither_reads_nor_changes():
+    def step(state, data):
+        trainable, non_trainable, (count, seen, passed, returned_twice), metrics = state
+        logs = {"loss": seen.sum() + data, "twice": returned_twice}
+        optimizer = [count + 1, seen, passed, returned_twice]
+        return logs, (trainable, non_trainable, optimizer, metrics)
+
+    optimizer = [jnp.zeros(()), jnp.ones(3), jnp.ones((2, 2)), jnp.ones(4)]
+    state = ([jnp.ones(5)], [], optimizer, [jnp.zeros(())])
+    held = held_positions(step, state, jnp.ones(()))
+    # Changed (0), read (1) and returned twice (3) are not held.
+    assert held == {2: jax.ShapeDtypeStruct((2, 2), jnp.float32)}
+    lean = LeanStep(step)
+    logs, (_, _, after, _) = lean(state, jnp.ones(()))
+    assert lean.held == held
+    assert after[2] is optimizer[2]  # not passed to the program
+    assert float(after[0]) == 1.0 and float(logs["loss"]) == 4.0
