@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import keras
 import numpy as np
@@ -278,31 +279,54 @@ def capture(variables: Sequence[Any], source: Callable | None, cache: dict) -> C
     raise AssertionError("unreachable")
 
 
+class StepTrace(NamedTuple):
+    """One trace of a train step: its jaxpr, the tree of its outputs and
+    the `(shape, dtype)` of each input leaf it was traced for."""
+
+    jaxpr: Any
+    out_tree: Any
+    avals: list
+
+
+def trace_step(step: Callable, state: Sequence, data: Any) -> StepTrace:
+    """`step(state, data)` traced (`jax.make_jaxpr`), not compiled."""
+    closed, shapes = jax.make_jaxpr(step, return_shape=True)(state, data)
+    avals = [(a.shape, a.dtype) for a in closed.in_avals]
+    return StepTrace(closed, jax.tree.structure(shapes), avals)
+
+
 def held_positions(step: Callable, state: Sequence, data: Any) -> dict[int, Any]:
     """The optimizer variables (`state[2]`) that Keras's train step
     `step(state, data) -> (logs, state)` neither reads nor changes, by
     position, with their shapes: one trace (`jax.make_jaxpr`), no compile.
-    A variable is held where its input is read by no equation and is the
-    step's output at the same place in the state, and nowhere else.
 
     Example:
 
     >>> held_positions(lambda s, d: ({}, s), ([], [], [jnp.ones(2)], []), None)
     {0: ShapeDtypeStruct(shape=(2,), dtype=float32)}
     """
-    closed, shapes = jax.make_jaxpr(step, return_shape=True)(state, data)
-    jaxpr = closed.jaxpr
+    return _held(trace_step(step, state, data), state)
+
+
+def _held(trace: StepTrace, state: Sequence) -> dict[int, Any]:
+    """A variable is held where its input is read by no equation and is the
+    step's output at the same place in the state, and nowhere else."""
+    jaxpr = trace.jaxpr.jaxpr
     read = {id(var) for eqn in jaxpr.eqns for var in eqn.invars}
     returned = [id(var) for var in jaxpr.outvars]
     before = len(state[0]) + len(state[1])  # each variable one leaf
-    after = len(jax.tree.leaves(shapes[0])) + before
-    if len(shapes[1][2]) != len(state[2]):
+    outputs = jax.tree.unflatten(trace.out_tree, range(len(returned)))
+    try:
+        places = outputs[1][2]  # (logs, state): the optimizer variables
+    except (IndexError, KeyError, TypeError):
+        return {}
+    if len(places) != len(state[2]):
         return {}
     held = {}
     for i, value in enumerate(state[2]):
         var = jaxpr.invars[before + i]
-        untouched = jaxpr.outvars[after + i] is var and returned.count(id(var)) == 1
-        if untouched and id(var) not in read:
+        untouched = jaxpr.outvars[places[i]] is var
+        if untouched and returned.count(id(var)) == 1 and id(var) not in read:
             held[i] = jax.ShapeDtypeStruct(value.shape, value.dtype)
     return held
 
@@ -316,6 +340,8 @@ class LeanStep:
     side and go back into the state as they came. A program called every
     step pays for each array it takes and gives back (about 0.9 us each a
     call on CPU): the monitor's state, on a step that measures nothing.
+    The program is compiled from that first call's jaxpr (Keras's code is
+    traced once), and traced anew for inputs of other shapes.
 
     Example:
 
@@ -327,13 +353,15 @@ class LeanStep:
         self._step = step
         self._full = jax.jit(step, donate_argnums=0)
         self._lean = jax.jit(self._without_held, donate_argnums=0)
+        self._trace: StepTrace | None = None
         #: `{position: shape}` of the held optimizer variables; None before
         #: the first call.
         self.held: dict[int, Any] | None = None
 
     def __call__(self, state: Sequence, data: Any) -> tuple:
         if self.held is None:
-            self.held = held_positions(self._step, state, data)
+            self._trace = trace_step(self._step, state, data)
+            self.held = _held(self._trace, state)
         if not self.held:
             return self._full(state, data)
         trainable, non_trainable, optimizer, metrics = state
@@ -347,11 +375,19 @@ class LeanStep:
         trainable, non_trainable, kept, metrics = state
         # Placeholders no equation reads (`held_positions`): XLA drops them.
         zeros = {i: jnp.zeros(s.shape, s.dtype) for i, s in self.held.items()}
-        optimizer = self._merged(kept, zeros)
-        logs, (trainable, non_trainable, optimizer, metrics) = self._step(
-            (trainable, non_trainable, optimizer, metrics), data
-        )
+        full = (trainable, non_trainable, self._merged(kept, zeros), metrics)
+        logs, (trainable, non_trainable, optimizer, metrics) = self._replay(full, data)
         return logs, (trainable, non_trainable, self._kept(optimizer), metrics)
+
+    def _replay(self, state: Sequence, data: Any) -> tuple:
+        """The step on tracers: the first call's jaxpr where the shapes are
+        the same, else the step traced anew."""
+        leaves = jax.tree.leaves((state, data))
+        trace = self._trace
+        if trace is None or [(x.shape, x.dtype) for x in leaves] != trace.avals:
+            return self._step(state, data)
+        outputs = jax.extend.core.jaxpr_as_fun(trace.jaxpr)(*leaves)
+        return jax.tree.unflatten(trace.out_tree, outputs)
 
     def _kept(self, optimizer: Sequence) -> list:
         return [v for i, v in enumerate(optimizer) if i not in self.held]

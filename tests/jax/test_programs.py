@@ -101,19 +101,29 @@ def test_fit_runs_the_idle_program_and_records_the_due_steps(tmp_path, monkeypat
 
 
 def test_held_are_the_optimizer_variables_a_step_neither_reads_nor_changes():
+    traces = []
+
     def step(state, data):
+        traces.append(data.shape)
         trainable, non_trainable, (count, seen, passed, returned_twice), metrics = state
         logs = {"loss": seen.sum() + data, "twice": returned_twice}
         optimizer = [count + 1, seen, passed, returned_twice]
         return logs, (trainable, non_trainable, optimizer, metrics)
 
-    optimizer = [jnp.zeros(()), jnp.ones(3), jnp.ones((2, 2)), jnp.ones(4)]
-    state = ([jnp.ones(5)], [], optimizer, [jnp.zeros(())])
-    held = held_positions(step, state, jnp.ones(()))
+    def state():
+        optimizer = [jnp.zeros(()), jnp.ones(3), jnp.ones((2, 2)), jnp.ones(4)]
+        return [jnp.ones(5)], [], optimizer, [jnp.zeros(())]
+
+    held = held_positions(step, state(), jnp.ones(()))
     # Changed (0), read (1) and returned twice (3) are not held.
     assert held == {2: jax.ShapeDtypeStruct((2, 2), jnp.float32)}
-    lean = LeanStep(step)
-    logs, (_, _, after, _) = lean(state, jnp.ones(()))
+    lean, before = LeanStep(step), state()
+    logs, (_, _, after, _) = lean(before, jnp.ones(()))
     assert lean.held == held
-    assert after[2] is optimizer[2]  # not passed to the program
+    assert after[2] is before[2][2]  # not passed to the program
     assert float(after[0]) == 1.0 and float(logs["loss"]) == 4.0
+    # Compiled from the first call's trace (JAX's own, reused by the
+    # lean one); other shapes are traced anew.
+    assert traces == [()]
+    logs, _ = lean(state(), jnp.ones(2))
+    assert traces == [(), (2,)] and logs["loss"].tolist() == [4.0, 4.0]
