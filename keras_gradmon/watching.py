@@ -158,18 +158,16 @@ def watch(
     clipping: Mapping[str, Any] | float | None = None,
     **options: Any,
 ) -> Watch:
-    """Turns on the common job in one call: the gradient monitor wrapped
-    around the optimizer of `target`, TensorBoard at `log_dir`, the default
-    alerts, and optionally clipping and activations.
+    """Turns on the common job in one call: the gradient monitor on `target`'s
+    optimizer, TensorBoard at `log_dir`, alerts; clipping, activations on request.
 
     Args:
-        target: A compiled Keras model (its optimizer is wrapped in place,
-            before its train function is built: call `watch` before `fit`),
-            or a tf-agents agent (every optimizer it holds is wrapped, each
-            recording against its `train_step_counter`; call it before the
-            first `agent.train`).
-        log_dir: Where TensorBoard's event file goes (numbers of every
-            monitor, and the alerts); None: nothing is written to disk.
+        target: A compiled Keras model (its optimizer wrapped in place:
+            call `watch` before `fit`), or a tf-agents agent (each optimizer
+            it holds wrapped, recording against its `train_step_counter`:
+            call it before the first `agent.train`).
+        log_dir: Where TensorBoard's event file goes (every monitor's
+            numbers, the alerts); None: nothing is written to disk.
         config: The gradient monitor's options: a `MonitorConfig`, a dict,
             or a JSON/YAML config file, whose `monitor`, `alerts` and
             `activations` sections configure all of it.
@@ -193,25 +191,34 @@ def watch(
     model.fit(x, y, callbacks=keras_gradmon.watch(model, "logs", clipping=1.0))
     ```
     """
+    _check_activations(target, activations)
     monitor_config = _monitor_config(config, clipping, options)
-    alert_options = AlertOptions.of(
-        AlertOptions.build(config) if alerts is True and _is_file(config) else alerts
-    )
+    alert_options = _alert_options(config, alerts)
     hub = Hub([TensorBoardRecorder(log_dir)] if log_dir is not None else [])
     if _is_agent(target):
-        if activations is not None:
-            raise ValueError(
-                "`activations` is for a Keras model; for an agent's network, "
-                "use keras_gradmon.ActivationMonitor(network, batch) and call "
-                "its `update(step)` after each train step. Received: "
-                f"activations={type(activations).__name__}, target={target!r}"
-            )
         return _watch_agent(target, monitor_config, alert_options, hub)
     return _watch_model(target, monitor_config, alert_options, hub, activations, config)
 
 
+def _check_activations(target: Any, activations: Any) -> None:
+    """Before anything is written: `activations` is for a Keras model."""
+    if activations is not None and _is_agent(target):
+        raise ValueError(
+            "`activations` is for a Keras model; for an agent's network, "
+            "use keras_gradmon.ActivationMonitor(network, batch) and call "
+            "its `update(step)` after each train step. Received: "
+            f"activations={type(activations).__name__}, target={target!r}"
+        )
+
+
 def _is_file(config: Any) -> bool:
     return isinstance(config, (str, os.PathLike))
+
+
+def _alert_options(config: Any, alerts: Any) -> AlertOptions | None:
+    """`alerts`, or the config file's `alerts` section where it is True."""
+    file_section = alerts is True and _is_file(config)
+    return AlertOptions.of(AlertOptions.build(config) if file_section else alerts)
 
 
 def _monitor_config(config: Any, clipping: Any, options: dict) -> MonitorConfig:
