@@ -22,7 +22,6 @@ __all__ = [
     "cond",
     "densify",
     "global_norm",
-    "held_positions",
     "lean_train_function",
     "num_elements",
     "update_if",
@@ -279,42 +278,32 @@ def capture(variables: Sequence[Any], source: Callable | None, cache: dict) -> C
     raise AssertionError("unreachable")
 
 
-class StepTrace(NamedTuple):
-    """One trace of a train step: its jaxpr, the tree of its outputs and
-    the `(shape, dtype)` of each input leaf it was traced for."""
+class _Trace(NamedTuple):
+    """One trace of a train step: its jaxpr, the trees of its inputs and
+    outputs, and the `(shape, dtype)` of each input leaf."""
 
     jaxpr: Any
+    in_tree: Any
     out_tree: Any
     avals: list
 
 
-def trace_step(step: Callable, state: Sequence, data: Any) -> StepTrace:
+def _trace(step: Callable, state: Sequence, data: Any) -> _Trace:
     """`step(state, data)` traced (`jax.make_jaxpr`), not compiled."""
     closed, shapes = jax.make_jaxpr(step, return_shape=True)(state, data)
     avals = [(a.shape, a.dtype) for a in closed.in_avals]
-    return StepTrace(closed, jax.tree.structure(shapes), avals)
+    in_tree = jax.tree.structure((state, data))
+    return _Trace(closed, in_tree, jax.tree.structure(shapes), avals)
 
 
-def held_positions(step: Callable, state: Sequence, data: Any) -> dict[int, Any]:
-    """The optimizer variables (`state[2]`) that Keras's train step
-    `step(state, data) -> (logs, state)` neither reads nor changes, by
-    position, with their shapes: one trace (`jax.make_jaxpr`), no compile.
-
-    Example:
-
-    >>> held_positions(lambda s, d: ({}, s), ([], [], [jnp.ones(2)], []), None)
-    {0: ShapeDtypeStruct(shape=(2,), dtype=float32)}
-    """
-    return _held(trace_step(step, state, data), state)
-
-
-def _held(trace: StepTrace, state: Sequence) -> dict[int, Any]:
-    """A variable is held where its input is read by no equation and is the
-    step's output at the same place in the state, and nowhere else."""
+def _held(trace: _Trace, state: Sequence) -> dict[int, Any]:
+    """`{position: shape}` of the optimizer variables (`state[2]`) held: an
+    input read by no equation and returned at its own place in the state,
+    and nowhere else."""
     jaxpr = trace.jaxpr.jaxpr
     read = {id(var) for eqn in jaxpr.eqns for var in eqn.invars}
     returned = [id(var) for var in jaxpr.outvars]
-    before = len(state[0]) + len(state[1])  # each variable one leaf
+    inputs = jax.tree.unflatten(trace.in_tree, range(len(jaxpr.invars)))
     outputs = jax.tree.unflatten(trace.out_tree, range(len(returned)))
     try:
         places = outputs[1][2]  # (logs, state): the optimizer variables
@@ -323,10 +312,10 @@ def _held(trace: StepTrace, state: Sequence) -> dict[int, Any]:
     if len(places) != len(state[2]):
         return {}
     held = {}
-    for i, value in enumerate(state[2]):
-        var = jaxpr.invars[before + i]
-        untouched = jaxpr.outvars[places[i]] is var
-        if untouched and returned.count(id(var)) == 1 and id(var) not in read:
+    for i, (value, place) in enumerate(zip(state[2], places)):
+        var = jaxpr.invars[inputs[0][2][i]]
+        untouched = jaxpr.outvars[place] is var and returned.count(id(var)) == 1
+        if untouched and id(var) not in read:
             held[i] = jax.ShapeDtypeStruct(value.shape, value.dtype)
     return held
 
@@ -336,7 +325,7 @@ class LeanStep:
     trainer, `step(state, data) -> (logs, state)` with `state` its four
     lists (trainable, non-trainable, optimizer and metrics variables), but
     without the optimizer variables the step neither reads nor changes
-    (`held_positions`, found at the first call): those stay on the host's
+    (found from its jaxpr at the first call): those stay on the host's
     side and go back into the state as they came. A program called every
     step pays for each array it takes and gives back (about 0.9 us each a
     call on CPU): the monitor's state, on a step that measures nothing.
@@ -353,14 +342,14 @@ class LeanStep:
         self._step = step
         self._full = jax.jit(step, donate_argnums=0)
         self._lean = jax.jit(self._without_held, donate_argnums=0)
-        self._trace: StepTrace | None = None
+        self._trace: _Trace | None = None
         #: `{position: shape}` of the held optimizer variables; None before
         #: the first call.
         self.held: dict[int, Any] | None = None
 
     def __call__(self, state: Sequence, data: Any) -> tuple:
         if self.held is None:
-            self._trace = trace_step(self._step, state, data)
+            self._trace = _trace(self._step, state, data)
             self.held = _held(self._trace, state)
         if not self.held:
             return self._full(state, data)
@@ -373,7 +362,7 @@ class LeanStep:
 
     def _without_held(self, state: Sequence, data: Any) -> tuple:
         trainable, non_trainable, kept, metrics = state
-        # Placeholders no equation reads (`held_positions`): XLA drops them.
+        # Placeholders no equation reads (`_held`): XLA drops them.
         zeros = {i: jnp.zeros(s.shape, s.dtype) for i, s in self.held.items()}
         full = (trainable, non_trainable, self._merged(kept, zeros), metrics)
         logs, (trainable, non_trainable, optimizer, metrics) = self._replay(full, data)

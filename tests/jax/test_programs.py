@@ -11,7 +11,7 @@ import keras
 import numpy as np
 
 import keras_gradmon
-from keras_gradmon.backend.jax import LeanStep, held_positions
+from keras_gradmon.backend.jax import LeanStep
 from keras_gradmon.programs import Programs
 from keras_gradmon.schedule import measuring
 from tests.reference import load_events, scalar_series
@@ -91,7 +91,7 @@ def test_fit_runs_the_idle_program_and_records_the_due_steps(tmp_path, monkeypat
     inner = len(optimizer.inner_optimizer.variables)
     own = range(inner, len(optimizer.variables))
     assert sorted(programs.idle.lean_step.held) == list(own) and len(own) == 6
-    # The due one takes those it writes: the statistics' ring, the counts.
+    # The due one holds the histograms' ring (it writes the statistics').
     names = [optimizer.variables[i].name for i in programs.due.lean_step.held]
     assert sorted(names) == ["hist_counts", "hist_index", "hist_ranges"]
     events = load_events(str(tmp_path))
@@ -114,16 +114,13 @@ def test_held_are_the_optimizer_variables_a_step_neither_reads_nor_changes():
         optimizer = [jnp.zeros(()), jnp.ones(3), jnp.ones((2, 2)), jnp.ones(4)]
         return [jnp.ones(5)], [], optimizer, [jnp.zeros(())]
 
-    held = held_positions(step, state(), jnp.ones(()))
-    # Changed (0), read (1) and returned twice (3) are not held.
-    assert held == {2: jax.ShapeDtypeStruct((2, 2), jnp.float32)}
     lean, before = LeanStep(step), state()
     logs, (_, _, after, _) = lean(before, jnp.ones(()))
-    assert lean.held == held
+    # Changed (0), read (1) and returned twice (3) are not held.
+    assert lean.held == {2: jax.ShapeDtypeStruct((2, 2), jnp.float32)}
     assert after[2] is before[2][2]  # not passed to the program
     assert float(after[0]) == 1.0 and float(logs["loss"]) == 4.0
-    # Compiled from the first call's trace (JAX's own, reused by the
-    # lean one); other shapes are traced anew.
+    # Compiled from the first call's trace; other shapes are traced anew.
     assert traces == [()]
     logs, _ = lean(state(), jnp.ones(2))
     assert traces == [(), (2,)] and logs["loss"].tolist() == [4.0, 4.0]
