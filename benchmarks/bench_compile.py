@@ -12,13 +12,17 @@ processes of the variants take turns, `--reps` times; the first fit is 2
 steps of the model's batch.
 
 Issue 15's target: `full` at most 1.3x `A` for ResNet50V2,
-EfficientNetV2B0 and MobileNetV3Small at 64x64 input.
+EfficientNetV2B0 and MobileNetV3Small at 64x64 input. Issue 31's: the
+defaults at most 1.3x `A`, on TensorFlow with XLA and on JAX (`--backend
+jax`: the variants of `bench_jax.py`, its warm-up the plain MLP's fit).
 
 Run from the repository root on an otherwise idle machine:
 
     .venv/bin/python benchmarks/bench_compile.py
     .venv/bin/python benchmarks/bench_compile.py --models mobilenetv3small_64 \
         --variants A,B,full
+    .venv/bin/python benchmarks/bench_compile.py --backend jax \
+        --models resnet50v2_64 --variants A,defaults
 """
 
 from __future__ import annotations
@@ -35,24 +39,44 @@ MODELS = "resnet50v2_64,efficientnetv2b0_64,mobilenetv3small_64"
 TARGET = 1.3
 
 
-def first_fit(model: str, variant: str) -> float:
-    """Seconds of the first fit of `variant` on `model`, in this process."""
-    import keras
-    from _models import MODELS as SPECS
-    from bench_keras import epoch_runner, warm_up
-
-    warm_up()
-    spec = SPECS[model]
-    x, y = spec.data(2)
-    keras.utils.set_random_seed(0)
+def first_fit(model: str, variant: str, backend: str = "tensorflow") -> float:
+    """Seconds of the first fit of `variant` on `model`, in this process
+    (Keras on `backend`: TensorFlow with XLA, or JAX)."""
     log_dir = os.path.join("/tmp", f"bench_compile_{os.getpid()}")
-    one_epoch = epoch_runner(variant, spec, x, y, log_dir)
+    if backend == "jax":
+        one_epoch = _jax_epoch(model, variant, log_dir)
+    else:
+        import keras
+        from _models import MODELS as SPECS
+        from bench_keras import epoch_runner, warm_up
+
+        warm_up()
+        spec = SPECS[model]
+        x, y = spec.data(2)
+        keras.utils.set_random_seed(0)
+        one_epoch = epoch_runner(variant, spec, x, y, log_dir)
     start = time.perf_counter()
     one_epoch()
     return time.perf_counter() - start
 
 
-def measure(model: str, variant: str) -> float:
+def _jax_epoch(model: str, variant: str, log_dir: str):
+    """`bench_jax.py`'s variant on `model`, after a warm-up fit of its plain
+    MLP (the process's start-up not counted): a fit of 2 steps."""
+    import keras
+    from _models import MODELS as SPECS
+    from bench_jax import fitter
+
+    if keras.backend.backend() != "jax":
+        raise RuntimeError(f"Keras runs on {keras.backend.backend()}, not JAX")
+    mlp = SPECS["mlp"]
+    fitter("A", *mlp.data(1), f"{log_dir}_warm", mlp.batch)()
+    spec = SPECS[model]
+    x, y = spec.data(2)
+    return fitter(variant, x, y, log_dir, spec.batch, model)
+
+
+def measure(model: str, variant: str, backend: str = "tensorflow") -> float:
     """`first_fit` in a fresh Python process."""
     here = os.path.dirname(os.path.abspath(__file__))
     out = subprocess.run(
@@ -62,11 +86,13 @@ def measure(model: str, variant: str) -> float:
             "--one",
             model,
             variant,
+            "--backend",
+            backend,
         ],
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": backend},
     )
     return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
 
@@ -77,9 +103,12 @@ def main() -> None:
     parser.add_argument("--variants", default="A,full")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "VARIANT"))
+    parser.add_argument(
+        "--backend", choices=("tensorflow", "jax"), default="tensorflow"
+    )
     args = parser.parse_args()
     if args.one:
-        print(json.dumps({"seconds": first_fit(*args.one)}))
+        print(json.dumps({"seconds": first_fit(*args.one, args.backend)}))
         return
     variants = args.variants.split(",")
     print("| model | variant | first fit s (median) | runs | ratio | target | pass |")
@@ -89,7 +118,7 @@ def main() -> None:
         for rep in range(args.reps):
             order = variants if rep % 2 == 0 else variants[::-1]
             for variant in order:
-                times[variant].append(measure(model, variant))
+                times[variant].append(measure(model, variant, args.backend))
         base = statistics.median(times["A"])
         for variant in variants:
             median = statistics.median(times[variant])

@@ -21,6 +21,8 @@ MLP 64-512-512-10 (`_models.py`) for each variant, interleaved:
 
 `first fit` is each variant's first fit of a single batch on a fresh
 model: compilation and one step; its ratio to A's has the target <= 1.3x.
+Each is timed in a fresh process after a warm-up fit of another plain MLP,
+the variants taking turns `--first-reps` times (the median is shown).
 
     .venv/bin/python benchmarks/bench_jax.py --markdown
     .venv/bin/python benchmarks/bench_jax.py --quick    # smoke run
@@ -33,7 +35,11 @@ import os
 os.environ["KERAS_BACKEND"] = "jax"
 
 import argparse
+import json
 import platform
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -78,8 +84,9 @@ TARGETS = {
 }
 
 
-def fitter(variant: str, x, y, log_dir: str, batch: int):
-    """A fresh compiled MLP of `variant` and a one-epoch fit of it."""
+def fitter(variant: str, x, y, log_dir: str, batch: int, model_name: str = "mlp"):
+    """A fresh compiled model (`_models.py`, the MLP by default) of `variant`
+    and a one-epoch fit of it."""
     options, with_callback = VARIANTS[variant]
     optimizer = make_optimizer(options)
     mode = str(with_callback)
@@ -89,7 +96,7 @@ def fitter(variant: str, x, y, log_dir: str, batch: int):
     )
     callbacks = [callback] if with_callback else []
     keras.utils.set_random_seed(0)
-    model = MODELS["mlp"].build()
+    model = MODELS[model_name].build()
     model.compile(
         optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     )
@@ -100,23 +107,49 @@ def fitter(variant: str, x, y, log_dir: str, batch: int):
     return one_epoch
 
 
-def compile_times(variants: list[str], log_root: str) -> dict[str, float]:
-    """Seconds of each variant's first fit of one batch (fresh model)."""
+def first_fit(variant: str, log_root: str) -> float:
+    """Seconds of `variant`'s first fit of one batch on a fresh model, in
+    this process, after a warm-up fit of another plain MLP (the process's
+    own start-up, JAX's and Keras's first traces, is not counted)."""
     spec = MODELS["mlp"]
     x, y = spec.data(1)
-    seconds = {}
-    for variant in variants:
-        fit = fitter(variant, x, y, os.path.join(log_root, "c", variant), spec.batch)
-        start = time.perf_counter()
-        fit()
-        seconds[variant] = time.perf_counter() - start
-    return seconds
+    fitter("A", x, y, os.path.join(log_root, "warm-up"), spec.batch)()
+    fit = fitter(variant, x, y, os.path.join(log_root, variant), spec.batch)
+    start = time.perf_counter()
+    fit()
+    return time.perf_counter() - start
 
 
-def bench(variants: list[str], reps: int, steps: int, log_root: str) -> list[dict]:
+def first_fit_apart(variant: str) -> float:
+    """`first_fit` in a fresh Python process (this script, `--one`)."""
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--one", variant],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def compile_times(variants: list[str], reps: int) -> dict[str, float]:
+    """The median first fit of each variant, each in a process of its own,
+    the variants taking turns (in one process, the first variant measured
+    would also pay the process's start-up, and the later ones reuse its
+    traces of Keras's own functions)."""
+    times: dict[str, list[float]] = {variant: [] for variant in variants}
+    for rep in range(reps):
+        for variant in variants if rep % 2 == 0 else variants[::-1]:
+            times[variant].append(first_fit_apart(variant))
+    return {variant: statistics.median(runs) for variant, runs in times.items()}
+
+
+def bench(
+    variants: list[str], reps: int, steps: int, log_root: str, first_reps: int
+) -> list[dict]:
     spec = MODELS["mlp"]
     x, y = spec.data(steps)
-    compiled = compile_times(variants, log_root)
+    compiled = compile_times(variants, first_reps)
     units = {}
     for variant in variants:
         log_dir = os.path.join(log_root, variant)
@@ -138,8 +171,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="steps an epoch (default 256)")
     parser.add_argument("--variants", help="comma-separated (default: all)")
     parser.add_argument("--quick", action="store_true", help="32 steps, 2 reps")
+    parser.add_argument(
+        "--first-reps", type=int, default=3, help="first fits of each (default 3)"
+    )
+    parser.add_argument("--one", metavar="VARIANT", help=argparse.SUPPRESS)
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
+    if args.one:
+        with tempfile.TemporaryDirectory(prefix="bench_jax_one_") as log_root:
+            print(json.dumps({"seconds": first_fit(args.one, log_root)}))
+        return
     steps = args.steps or (32 if args.quick else 256)
     reps = args.reps or (2 if args.quick else 9)
     variants = args.variants.split(",") if args.variants else list(VARIANTS)
@@ -152,7 +193,7 @@ def main() -> None:
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="bench_jax_") as log_root:
-        rows = bench(variants, reps, steps, log_root)
+        rows = bench(variants, reps, steps, log_root, args.first_reps)
     print(format_table(rows))
     if args.markdown:
         print(format_table(rows, markdown=True))
