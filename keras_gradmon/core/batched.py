@@ -109,10 +109,15 @@ def prepare(
         return matrix, BlockLayout(*fields)
     layout = static_layout(sizes)
     nan, parts = ops.convert_to_tensor(float("nan"), dtype), []
+    # Constants, not a pad op: XLA then concatenates with plain copies. One
+    # for each length, and no op that changes nothing: a model's hundreds of
+    # tensors would otherwise make as many ops to trace.
+    paddings = {int(pad): ops.broadcast_to(nan, [int(pad)]) for pad in set(layout.pads)}
     for t, pad in zip(tensors, layout.pads):
-        # Constants, not a pad op: XLA then concatenates with plain copies.
-        padding = ops.broadcast_to(nan, [int(pad)])
-        parts += [ops.reshape(ops.cast(t, dtype), [-1]), padding]
+        t = ops.cast(t, dtype)
+        parts.append(t if len(t.shape) == 1 else ops.reshape(t, [-1]))
+        if pad:
+            parts.append(paddings[int(pad)])
     parts.append(ops.broadcast_to(nan, [layout.block]))
     return ops.reshape(ops.concatenate(parts, 0), [-1, layout.block]), layout
 

@@ -406,7 +406,8 @@ def _plain_norm(value: Any) -> Any:
 def _wide(value: Any) -> Any:
     """`value` in float32 at least, so that the difference is exact enough."""
     value = ops.convert_to_tensor(value)
-    return value if value.dtype == "float64" else ops.cast(value, "float32")
+    wide = value.dtype == "float32" or value.dtype == "float64"
+    return value if wide else ops.cast(value, "float32")
 
 
 def _ratio(moved: Any, size: Any) -> Any:
