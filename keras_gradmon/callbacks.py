@@ -52,7 +52,7 @@ from keras_gradmon.alerts.events import Alert
 from keras_gradmon.alerts.incidents import DEFAULT_FOLD_STEPS
 from keras_gradmon.columns import GLOBAL, tag
 from keras_gradmon.hub import Hub, Recorder, check_hub, check_recorders
-from keras_gradmon.programs import Programs
+from keras_gradmon.programs import Programs, build_before_tracing
 from keras_gradmon.recorders.console import progress_safe_logging
 from keras_gradmon.recorders.keras_logs import KerasLogsRecorder, LogValue
 from keras_gradmon.recorders.tensorboard import TensorBoardRecorder, recording_hub
@@ -619,6 +619,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._fresh_fit = True
         self._console = progress_safe_console(self)
         model = self.model  # on JAX, each `self.model` syncs the trainer's state
+        build_before_tracing(model, monitored)
         self._programs = Programs.for_fit(model, self._monitored())
         self._per_call = int(getattr(model, "steps_per_execution", 1) or 1)
         self._start_reads()

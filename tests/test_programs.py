@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import keras_gradmon
-from keras_gradmon.programs import Programs
+from keras_gradmon.programs import Programs, build_before_tracing
 from keras_gradmon.schedule import measuring
 from tests.reference import histogram_series, load_events, scalar_series
 
@@ -90,6 +90,43 @@ def test_steps_with_nothing_due_run_the_idle_program(fitted):
     # (statistics alone); 10, the second epoch's first step, is idle.
     calls = {"measuring": 3, "due": 4, "idle": 13}
     assert Programs.made_for(model).calls == calls
+
+
+class TracedAdam(keras.optimizers.Adam):
+    """Adam counting its updates made in Python: one a variable each time a
+    compiled step is traced (the compiled step runs none)."""
+
+    made = 0
+
+    def update_step(self, gradient, variable, learning_rate):
+        self.made += 1
+        return super().update_step(gradient, variable, learning_rate)
+
+
+def test_a_fit_with_the_callback_traces_the_train_step_once(tmp_path):
+    """Keras on TensorFlow builds the optimizer inside the train function's
+    first trace, and a `tf.function` whose first trace makes variables is
+    traced again: the callback builds it first (`build_before_tracing`)."""
+    inner = TracedAdam(1e-2)
+    model = _model(keras_gradmon.GradientMonitorOptimizer(inner, every_n_steps=4))
+    x, y = _data()
+    callback = keras_gradmon.GradientMonitorCallback(str(tmp_path), alerts=False)
+    model.fit(x[:BATCH], y[:BATCH], batch_size=BATCH, verbose=0, callbacks=[callback])
+    assert inner.made == len(model.trainable_variables)  # one trace
+    assert scalar_series(load_events(str(tmp_path)), "grad_norm/global").keys() == {0}
+
+
+def test_the_optimizer_is_built_before_tracing_only_where_every_layer_is():
+    unbuilt = keras.Sequential([keras.layers.Dense(3)])  # no input shape yet
+    optimizer = keras_gradmon.GradientMonitorOptimizer(keras.optimizers.Adam())
+    unbuilt.compile(optimizer=optimizer, loss="mse")
+    assert not build_before_tracing(unbuilt, optimizer)
+    assert not optimizer.built
+    model = _model(keras_gradmon.GradientMonitorOptimizer(keras.optimizers.Adam()))
+    assert not build_before_tracing(model, keras.optimizers.Adam())  # not its own
+    assert build_before_tracing(model, model.optimizer)
+    assert model.optimizer.built
+    assert not build_before_tracing(model, model.optimizer)  # built already
 
 
 @pytest.fixture(scope="module")
