@@ -112,7 +112,8 @@ def prepare(
     # Constants, not a pad op: XLA then concatenates with plain copies. One
     # for each length, and no op that changes nothing: a model's hundreds of
     # tensors would otherwise make as many ops to trace.
-    paddings = {int(pad): ops.broadcast_to(nan, [int(pad)]) for pad in set(layout.pads)}
+    lengths = {int(pad) for pad in layout.pads if pad}
+    paddings = {length: ops.broadcast_to(nan, [length]) for length in lengths}
     for t, pad in zip(tensors, layout.pads):
         t = ops.cast(t, dtype)
         parts.append(t if len(t.shape) == 1 else ops.reshape(t, [-1]))
