@@ -40,40 +40,29 @@ TARGET = 1.3
 
 
 def first_fit(model: str, variant: str, backend: str = "tensorflow") -> float:
-    """Seconds of the first fit of `variant` on `model`, in this process
-    (Keras on `backend`: TensorFlow with XLA, or JAX)."""
-    log_dir = os.path.join("/tmp", f"bench_compile_{os.getpid()}")
-    if backend == "jax":
-        one_epoch = _jax_epoch(model, variant, log_dir)
-    else:
-        import keras
-        from _models import MODELS as SPECS
-        from bench_keras import epoch_runner, warm_up
+    """Seconds of the first fit (2 steps) of `variant` on `model`, in this
+    process, after a warm-up fit (Keras on `backend`: TensorFlow with XLA,
+    or JAX with `bench_jax.py`'s variants)."""
+    import keras
+    from _models import MODELS as SPECS
 
-        warm_up()
-        spec = SPECS[model]
-        x, y = spec.data(2)
-        keras.utils.set_random_seed(0)
-        one_epoch = epoch_runner(variant, spec, x, y, log_dir)
+    log_dir = os.path.join("/tmp", f"bench_compile_{os.getpid()}")
+    if keras.backend.backend() != backend:
+        raise RuntimeError(f"Keras runs on {keras.backend.backend()}, not {backend}")
+    if backend == "jax":
+        from bench_jax import first_fit as jax_first_fit
+
+        return jax_first_fit(variant, log_dir, model, batches=2)
+    from bench_keras import epoch_runner, warm_up
+
+    warm_up()
+    spec = SPECS[model]
+    x, y = spec.data(2)
+    keras.utils.set_random_seed(0)
+    one_epoch = epoch_runner(variant, spec, x, y, log_dir)
     start = time.perf_counter()
     one_epoch()
     return time.perf_counter() - start
-
-
-def _jax_epoch(model: str, variant: str, log_dir: str):
-    """`bench_jax.py`'s variant on `model`, after a warm-up fit of its plain
-    MLP (the process's start-up not counted): a fit of 2 steps."""
-    import keras
-    from _models import MODELS as SPECS
-    from bench_jax import fitter
-
-    if keras.backend.backend() != "jax":
-        raise RuntimeError(f"Keras runs on {keras.backend.backend()}, not JAX")
-    mlp = SPECS["mlp"]
-    fitter("A", *mlp.data(1), f"{log_dir}_warm", mlp.batch)()
-    spec = SPECS[model]
-    x, y = spec.data(2)
-    return fitter(variant, x, y, log_dir, spec.batch, model)
 
 
 def measure(model: str, variant: str, backend: str = "tensorflow") -> float:

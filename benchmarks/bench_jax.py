@@ -107,14 +107,17 @@ def fitter(variant: str, x, y, log_dir: str, batch: int, model_name: str = "mlp"
     return one_epoch
 
 
-def first_fit(variant: str, log_root: str) -> float:
-    """Seconds of `variant`'s first fit of one batch on a fresh model, in
-    this process, after a warm-up fit of another plain MLP (the process's
-    own start-up, JAX's and Keras's first traces, is not counted)."""
-    spec = MODELS["mlp"]
-    x, y = spec.data(1)
-    fitter("A", x, y, os.path.join(log_root, "warm-up"), spec.batch)()
-    fit = fitter(variant, x, y, os.path.join(log_root, variant), spec.batch)
+def first_fit(
+    variant: str, log_root: str, model_name: str = "mlp", batches: int = 1
+) -> float:
+    """Seconds of `variant`'s first fit of `batches` batches on a fresh
+    `model_name`, in this process, after a warm-up fit of a plain MLP (the
+    process's own start-up, JAX's and Keras's first traces, is not counted)."""
+    mlp = MODELS["mlp"]
+    fitter("A", *mlp.data(1), os.path.join(log_root, "warm-up"), mlp.batch)()
+    spec = MODELS[model_name]
+    x, y = spec.data(batches)
+    fit = fitter(variant, x, y, os.path.join(log_root, variant), spec.batch, model_name)
     start = time.perf_counter()
     fit()
     return time.perf_counter() - start

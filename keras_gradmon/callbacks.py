@@ -620,7 +620,7 @@ class GradientMonitorCallback(BatchReads, keras.callbacks.Callback):
         self._console = progress_safe_console(self)
         model = self.model  # on JAX, each `self.model` syncs the trainer's state
         build_before_tracing(model, monitored)
-        self._programs = Programs.for_fit(model, self._monitored())
+        self._programs = Programs.for_fit(model, monitored)
         self._per_call = int(getattr(model, "steps_per_execution", 1) or 1)
         self._start_reads()
 
