@@ -556,6 +556,35 @@ def batched_statistics(
     return rows
 
 
+def batched_difference_statistics(
+    minuends: Sequence[Any],
+    subtrahends: Sequence[Any],
+    names: Sequence[str] = STATISTICS,
+) -> Tensor:
+    """`batched_statistics` of `minuends[i] - subtrahends[i]` (tensors of the
+    same shapes), the differences taken between the two packed matrices:
+    one subtraction, where one for each pair would be a kernel each to
+    compile (hundreds, for a model of hundreds of variables). Where a size
+    is known only at run time, each pair is subtracted first.
+
+    Example:
+
+    >>> rows = batched_difference_statistics([np.array([4.0, 0.0], "f4")],
+    ...                                      [np.array([1.0, 4.0], "f4")])
+    >>> np.asarray(rows)[:, 0].tolist()  # the norm of [3, -4]
+    [5.0]
+    """
+    a, b = [densify(t) for t in minuends], [densify(t) for t in subtrahends]
+    if not a or None in [backend.num_elements(t) for t in a]:
+        return batched_statistics([x - y for x, y in zip(a, b)], names)
+    dtype = compute_dtype(a + b)
+    x, layout = prepare(a, dtype)
+    y, _ = prepare(b, dtype)
+    columns = registry.lookup(registry.columns(names))
+    [rows] = _statistics(x - y, layout, columns, set(names))
+    return rows
+
+
 def _statistics(
     x: Tensor, layout: BlockLayout, columns: Sequence[Statistic], names: set[str]
 ) -> tuple:

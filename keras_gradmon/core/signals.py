@@ -92,6 +92,7 @@ from keras import ops
 from keras_gradmon import backend
 from keras_gradmon.columns import STATISTICS
 from keras_gradmon.core.batched import (
+    batched_difference_statistics,
     batched_statistics,
     combine_norms,
     layout_groups,
@@ -349,12 +350,9 @@ def update_ratios(
             statistics); None: computed here.
     """
     order = sorted(old)
-    moves = [_wide(new[i]) - _wide(old[i]) for i in order]
-    if sizes is None:
-        norms = _norms(moves + [_wide(old[i]) for i in order])
-        moved, size = norms[: len(order)], norms[len(order) :]
-    else:
-        moved, size = _norms(moves), ops.take(sizes, order, 0)
+    before = [_wide(old[i]) for i in order]
+    moved = _norms([_wide(new[i]) for i in order], before)
+    size = _norms(before) if sizes is None else ops.take(sizes, order, 0)
     position = {i: k for k, i in enumerate(order)}
     ratios = ops.concatenate([_ratio(moved, size), ops.full([1], _NAN)], 0)
     placed = ops.take(ratios, [position.get(i, len(order)) for i in range(rows)], 0)
@@ -374,23 +372,29 @@ _NORM, _NONFINITE = (STATISTICS.index(name) for name in _NORMS)
 _FEW = 32
 
 
-def _norms(tensors: list) -> Any:
-    """The L2 norm of each of `tensors` in float32, NaN where an element
-    is not finite. A reduction of its own for each large
-    tensor (`layout_groups`: at most 32), and for the others if at most 32:
-    fastest to run; the others, if more, by one batched program
-    (`batched_statistics`, its size not growing with their number): a
-    model of hundreds of variables would otherwise compile hundreds of
+def _norms(tensors: list, minus: list | None = None) -> Any:
+    """The L2 norm of each of `tensors` (of `tensors[i] - minus[i]`, with
+    `minus`) in float32, NaN where an element is not finite. A reduction of
+    its own for each large tensor (`layout_groups`: at most 32), and for the
+    others if at most 32: fastest to run; the others, if more, by one
+    batched program (`batched_statistics`, its size not growing with their
+    number; the differences taken packed, `batched_difference_statistics`):
+    a model of hundreds of variables would otherwise compile hundreds of
     kernels (about 10 s of MobileNetV3Small's XLA compile)."""
     large, _ = layout_groups([backend.num_elements(t) for t in tensors])
     rest = [i for i in range(len(tensors)) if i not in large]
     alone, packed = (large + rest, []) if len(rest) <= _FEW else (large, rest)
     parts = []
     if alone:
-        plain = [ops.cast(_plain_norm(tensors[i]), "float32") for i in alone]
-        parts.append(ops.stack(plain))
+        terms = [tensors[i] if minus is None else tensors[i] - minus[i] for i in alone]
+        parts.append(ops.stack([ops.cast(_plain_norm(t), "float32") for t in terms]))
     if packed:
-        rows = batched_statistics([tensors[i] for i in packed], _NORMS)
+        chosen = [tensors[i] for i in packed]
+        if minus is None:
+            rows = batched_statistics(chosen, _NORMS)
+        else:
+            subtracted = [minus[i] for i in packed]
+            rows = batched_difference_statistics(chosen, subtracted, _NORMS)
         parts.append(ops.where(rows[:, _NONFINITE] == 0, rows[:, _NORM], _NAN))
     order = np.argsort(alone + packed).astype("int32")
     return ops.take(ops.concatenate(parts, 0), order, 0)

@@ -12,6 +12,7 @@ from keras_gradmon.core import batched, histogram
 from keras_gradmon.core import statistics as registry
 from keras_gradmon.core.batched import (
     batched_bucket_counts,
+    batched_difference_statistics,
     batched_global_norm,
     batched_statistics,
     stack_statistics,
@@ -89,6 +90,20 @@ def test_single_and_many_tensors(mode):
     for held in ([many[3]], many):
         rows = _run(batched_statistics, mode, [tf.constant(v) for v in held])
         assert_rows_close(rows.numpy(), held)
+
+
+def test_differences_packed_are_the_statistics_of_the_differences(mode):
+    # The update ratios' norms: `a - b` taken between the packed matrices,
+    # bit for bit the statistics of each difference, NaN and Inf included.
+    rng = np.random.default_rng(2)
+    a = [rng.normal(size=rng.integers(0, 40)).astype(np.float32) for _ in range(40)]
+    b = [x - np.float32(1e-3) * rng.normal(size=x.shape).astype(np.float32) for x in a]
+    a[5][:1], b[6][:1] = np.nan, np.inf
+    pairs = [[tf.constant(v) for v in a], [tf.constant(v) for v in b]]
+    got = compile_fn(lambda p: batched_difference_statistics(*p), mode)(pairs)
+    want = _run(batched_statistics, mode, [tf.constant(x - y) for x, y in zip(a, b)])
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert_rows_close(got.numpy(), [x - y for x, y in zip(a, b)])
 
 
 def test_large_tensors_alone_match_reference(mode):
