@@ -255,9 +255,37 @@ def _segment_min(data: Tensor, segments: Any, num_segments: int) -> Tensor:
     return -ops.segment_max(-data, segments, num_segments=num_segments)
 
 
+#: The plain reduction over the blocks of a one-tensor layout, for each
+#: segment reduction `per_tensor` takes.
+_ALONG_BLOCKS = {
+    ops.segment_sum: ops.sum,
+    ops.segment_max: ops.max,
+    _segment_min: ops.min,
+}
+
+
 def per_tensor(partials: Tensor, layout: BlockLayout, op=ops.segment_sum) -> Tensor:
-    """The per-block `partials` reduced by tensor with `op`."""
+    """The per-block `partials` reduced by tensor with `op`. A static
+    layout of one tensor (a large tensor alone, `prepare_alone`) is one
+    plain reduction of its blocks: a segment reduction is a scatter, with a
+    buffer to fill and copy first, three kernels where one does (on
+    XLA:CPU each costs a few microseconds to launch, whatever its size)."""
+    blocks, along = _one_tensor_blocks(layout), _ALONG_BLOCKS.get(op)
+    if blocks and along is not None:
+        return along(partials[:blocks], axis=0, keepdims=True)
     return op(partials, layout.segments, num_segments=layout.count + 1)[:-1]
+
+
+def _one_tensor_blocks(layout: BlockLayout) -> int:
+    """How many blocks the one tensor of a static one-tensor `layout`
+    holds (the first ones: a spare block may follow); 0 for any other
+    layout, or a tensor of no element."""
+    segments = layout.segments
+    if not isinstance(layout.count, int) or layout.count != 1:
+        return 0
+    if not isinstance(segments, np.ndarray):
+        return 0
+    return int(np.sum(segments == 0))
 
 
 def per_block(values: Tensor, layout: BlockLayout) -> Tensor:
@@ -281,10 +309,13 @@ def _shift(x: Tensor, layout: BlockLayout) -> tuple[Tensor, Tensor]:
     """Median of the finite ones of 3 elements by tensor, and if there was one."""
     samples = ops.take(ops.reshape(x, [-1]), layout.samples)
     finite = ops.isfinite(samples)
-    ordered = ops.sort(ops.where(finite, samples, float("inf")), axis=1)
+    a, b, c = ops.unstack(ops.where(finite, samples, float("inf")), 3, axis=1)
     found = ops.sum(ops.cast(finite, "int32"), axis=1)
-    middle = ops.maximum(found - 1, 0) // 2
-    middle = ops.take_along_axis(ordered, middle[:, None], axis=1)[:, 0]
+    # Sorted with the others last, the one at (found - 1) // 2: the least of
+    # one or two finite ones, the median of three (no sort: elementwise).
+    least = ops.minimum(ops.minimum(a, b), c)
+    median = ops.maximum(ops.minimum(a, b), ops.minimum(ops.maximum(a, b), c))
+    middle = ops.where(found == 3, median, least)
     return ops.where(found > 0, middle, ops.zeros_like(middle)), found > 0
 
 
@@ -294,7 +325,10 @@ def _counts(x: Tensor, finite: Tensor | None, layout: BlockLayout) -> tuple:
     if finite is None:
         # 1 per non-zero element (NaN for NaN), without a compare and a cast,
         # which cost XLA:CPU a third more: a block's sum is exact in float32.
-        nonzero = ops.sum(ops.ceil(ops.minimum(ops.abs(x), 1.0)), axis=1)
+        # No constant either: XLA:CPU's XNNPACK fusion writes one out at the
+        # matrix's size, every step (a quarter of a millisecond a step for a
+        # 512x512 tensor).
+        nonzero = ops.sum(ops.abs(ops.sign(x)), axis=1)
         zeros = layout.sizes - per_tensor(ops.cast(nonzero, "int32"), layout)
         return ops.cast(layout.sizes, x.dtype), ops.zeros_like(zeros), zeros
     zero = ops.where(x == 0, 1.0, 0.0)

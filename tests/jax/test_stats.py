@@ -67,6 +67,20 @@ def test_large_tensors_alone_match_reference():
     assert_rows_close(np.asarray(rows), values)
 
 
+def test_a_large_tensor_alone_is_reduced_without_a_scatter():
+    # Outside the conditional that falls back to the masked pass, a tensor
+    # that is its own matrix is reduced by plain reductions: a segment sum
+    # would be a scatter, with a buffer to fill and copy first.
+    big = jnp.asarray(np.random.default_rng(0).normal(size=(512, 512)), "float32")
+    compute = jax.jit(lambda t: batched.batched_statistics([t], unpack_large=True))
+    text = compute.lower(big).compile().as_text()
+    entry = text[text.index("\nENTRY") :]
+    entry = entry[: entry.index("\n}")]
+    assert " scatter(" not in entry and "wrapped_scatter" not in entry
+    assert " sort(" not in entry  # the shift: a median of 3 without a sort
+    assert_rows_close(np.asarray(compute(big)), [np.asarray(big)])
+
+
 def test_large_tensors_counted_alone_as_packed():
     # Unmasked where every element is finite, the masked pass else: the same
     # float32 arithmetic either way, so the same counts as `bucket_counts`.

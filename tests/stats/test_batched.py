@@ -1,4 +1,5 @@
 import functools
+import itertools
 import re
 
 import numpy as np
@@ -138,6 +139,21 @@ def test_large_tensors_counted_alone(mode):
             np.testing.assert_array_equal(counts[i], expected_counts)
             np.testing.assert_array_equal(ranges[i], expected_range)
         assert counts.dtype == tf.int32 and ranges.dtype == tf.float32
+
+
+def test_the_shift_is_the_middle_of_the_finite_samples():
+    # Each tensor's shift: of its 3 sampled elements, the finite ones sorted,
+    # the one at (found - 1) // 2 (0 where none is finite).
+    values = [1.5, -2.0, 0.0, 7.0, np.nan, np.inf, -np.inf]
+    triples = np.array(list(itertools.product(values, repeat=3)), np.float32)
+    layout = batched.static_layout([3] * len(triples))
+    matrix, _ = batched.prepare([tf.constant(t) for t in triples])
+    shift, found = (t.numpy() for t in batched._shift(matrix, layout))
+    for k, triple in enumerate(triples):
+        finite = np.sort(triple[np.isfinite(triple)])
+        assert found[k] == (len(finite) > 0)
+        want = finite[(len(finite) - 1) // 2] if len(finite) else 0.0
+        assert shift[k] == want, triple
 
 
 def test_layout_groups():
