@@ -1,13 +1,19 @@
 """Where the JAX measuring program's compile goes, feature by feature.
 
-For the MLP 64-512-512-10 (`_models.py`), lowers the train step that a
-`fit`'s first call compiles (the measuring program) with the monitor's
-features taken away one at a time, and prints for each: the StableHLO ops
-of the lowered step, the fusions of the compiled one, and the compile's
-wall and CPU seconds (one compile each: XLA's own cache would answer a
-second). The first row is the unwrapped step.
+For a model of `_models.py` (the MLP 64-512-512-10 by default), lowers the
+train step that a `fit`'s first call compiles (the measuring program) with
+the monitor's features taken away one at a time, and prints for each: the
+StableHLO ops of the lowered step, the fusions of the compiled one, its
+kernels (the top-level instructions XLA:CPU launches one by one: fusions,
+copies, scatters, sorts, custom calls; each costs a few microseconds to
+launch whatever its size), and the compile's wall and CPU seconds (one
+compile each: XLA's own cache would answer a second). The first row is
+the unwrapped step. With `--every`, the features are measured at every
+step instead (the program of `every_n_steps=1`, no conditional).
 
     .venv/bin/python benchmarks/compile_parts_jax.py
+    .venv/bin/python benchmarks/compile_parts_jax.py --model resnet50v2_64
+    .venv/bin/python benchmarks/compile_parts_jax.py --every
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 
 os.environ["KERAS_BACKEND"] = "jax"
 
+import argparse
 import re
 import time
 
@@ -37,15 +44,19 @@ ROWS = [
 ]
 
 
-def lowered(options: dict | None, x, y):
-    """The jitted train step of a fresh MLP wrapped with `options`, lowered
-    for one batch (after a one-batch fit builds its state)."""
-    spec = MODELS["mlp"]
+#: The instructions of a program that are no kernel of their own.
+_NOT_KERNELS = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element"}
+
+
+def lowered(options: dict | None, x, y, model_name: str = "mlp"):
+    """The jitted train step of a fresh `model_name` wrapped with `options`,
+    lowered for one batch (its optimizer built on its variables)."""
+    spec = MODELS[model_name]
     keras.utils.set_random_seed(0)
     model = spec.build()
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(make_optimizer(options), loss)
-    model.fit(x, y, batch_size=len(x), epochs=1, verbose=0)
+    model.optimizer.build(model.trainable_variables)
     groups = (
         model.trainable_variables,
         model.non_trainable_variables,
@@ -57,20 +68,60 @@ def lowered(options: dict | None, x, y):
     return step.lower(state, (x, y))
 
 
+def kernels(text: str, branches: bool = True) -> int:
+    """The kernels of the optimized HLO `text`: of its entry computation
+    (what every call launches) and, with `branches`, of every conditional's
+    (and loop's) computations under it."""
+    bodies = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^(?:ENTRY )?%(\S+) .*?\{\n(.*?)^\}", text, re.M | re.S)
+    }
+    [entry] = re.findall(r"^ENTRY %(\S+)", text, re.M)
+    called = r"(?:branch_computations=\{([^}]*)\}|(?:true|false)_computation=%(\S+?),"
+    called += r"|body=%(\S+?),|condition=%(\S+?),)"
+    count, todo, seen = 0, [entry], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        body = bodies[name]
+        ops = re.findall(r"^\s*(?:ROOT )?%\S+ = .*? ([a-z][\w-]*)\(", body, re.M)
+        count += sum(op not in _NOT_KERNELS for op in ops)
+        for groups in re.findall(called, body) if branches else []:
+            todo += [n.strip().lstrip("%") for g in groups for n in g.split(",") if n]
+    return count
+
+
 def main() -> None:
-    spec = MODELS["mlp"]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="mlp", choices=sorted(MODELS))
+    parser.add_argument("--every", action="store_true")
+    args = parser.parse_args()
+    spec = MODELS[args.model]
     x, y = spec.data(1)
     x, y = x[: spec.batch], y[: spec.batch]
-    print("| program | StableHLO ops | fusions | compile s | compile CPU s |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print(
+        "| program | StableHLO ops | fusions | kernels (entry) | kernels (all) "
+        "| compile s | compile CPU s |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for label, options in ROWS:
-        low = lowered(options, x, y)
+        if args.every and options is not None:
+            options = {**options, "every_n_steps": 1}
+        low = lowered(options, x, y, args.model)
         ops = len(re.findall(r"= \"?(?:stablehlo|chlo|func)\.", low.as_text()))
         wall, cpu = time.perf_counter(), time.process_time()
         compiled = low.compile()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        fusions = compiled.as_text().count(" fusion(")
-        print(f"| {label} | {ops} | {fusions} | {wall:.2f} | {cpu:.2f} |", flush=True)
+        text = compiled.as_text()
+        fusions, entry = text.count(" fusion("), kernels(text, False)
+        count = kernels(text)
+        print(
+            f"| {label} | {ops} | {fusions} | {entry} | {count} | {wall:.2f} "
+            f"| {cpu:.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
