@@ -55,6 +55,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import keras
+
 from keras_gradmon import backend
 from keras_gradmon.schedule import planned
 
@@ -203,8 +205,6 @@ def build_before_tracing(model: Any, optimizer: Any) -> bool:
     >>> build_before_tracing(model, model.optimizer)  # doctest: +SKIP
     True
     """
-    import keras
-
     from keras_gradmon.keras3 import GradientMonitorOptimizer
 
     if keras.backend.backend() != "tensorflow":

@@ -280,12 +280,9 @@ def _one_tensor_blocks(layout: BlockLayout) -> int:
     """How many blocks the one tensor of a static one-tensor `layout`
     holds (the first ones: a spare block may follow); 0 for any other
     layout, or a tensor of no element."""
-    segments = layout.segments
-    if not isinstance(layout.count, int) or layout.count != 1:
-        return 0
-    if not isinstance(segments, np.ndarray):
-        return 0
-    return int(np.sum(segments == 0))
+    if not isinstance(layout.segments, np.ndarray) or layout.count != 1:
+        return 0  # a dynamic layout's fields are tensors
+    return int(np.sum(layout.segments == 0))
 
 
 def per_block(values: Tensor, layout: BlockLayout) -> Tensor:
