@@ -4,6 +4,7 @@ Times epochs of `model.fit` (`--steps` steps each, 256 by default) of the
 MLP 64-512-512-10 (`_models.py`) for each variant, interleaved:
 
   A        plain `model.fit`, Adam(1e-3): the baseline (JAX jit, XLA).
+  A-again  A again, a model of its own: its ratio to A is the run's noise.
   B        statistics every step (no histograms) + GradientMonitorCallback.
                                                              Target <= 1.30x.
   B-no-cb  B without the callback (the in-step cost).
@@ -55,6 +56,9 @@ from keras_gradmon import GradientMonitorCallback
 EVERY = {"every_n_steps": 1, "histogram_every_n_steps": None}
 VARIANTS = {
     "A": (None, False),
+    # A again, a second model of its own: its ratio to A is this machine's
+    # noise, the resolution of every other ratio of the same run.
+    "A-again": (None, False),
     "B": (EVERY, True),
     "B-no-cb": (EVERY, False),
     "C": (HUNDRED, True),

@@ -7,6 +7,7 @@ LSTM/GRU model, ResNet50V2 at 32x32) it times epochs of `model.fit`
 
   A        plain `model.fit`, Adam(1e-3), jit_compile=True: the baseline.
   A-built  A with Adam built before `fit` (traced once, as the wrapped step).
+  A-again  A again, a model of its own: its ratio to A is the run's noise.
   B        statistics every step (no histograms) + GradientMonitorCallback.
                                                              Target <= 1.30x.
   B-no-cb  B without the callback (the in-step cost).        Target <= 1.25x.
@@ -73,6 +74,9 @@ VARIANTS = {
     # train function's first trace, then traces again (the callback builds
     # the wrapper first: `programs.build_before_tracing`).
     "A-built": (None, False),
+    # A again, a second model of its own: its ratio to A is this machine's
+    # noise, the resolution of every other ratio of the same run.
+    "A-again": (None, False),
     "B": (EVERY, True),
     "B-no-cb": (EVERY, False),
     "B-read1": (EVERY, "read1"),

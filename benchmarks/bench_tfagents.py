@@ -6,6 +6,8 @@ under a default summary writer; interleaved repetitions of 300 train steps
 (9 by default):
 
   plain      summarize_grads_and_vars=False, unwrapped Adam: the baseline.
+  plain-again  plain again, an agent of its own: its ratio to plain is the
+             run's noise.
   tfagents   summarize_grads_and_vars=True (a histogram and a norm per
              variable, every step, not rate-limited): measured 5.4x by peers.
   every1     GradientMonitorOptimizer, all statistics and histograms every
@@ -52,6 +54,9 @@ ACTIONS = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 5)
 EVERY100 = {"every_n_steps": 100, "histogram_every_n_steps": 100}
 VARIANTS = {
     "plain": (False, None),
+    # plain again, an agent of its own: its ratio to plain is this
+    # machine's noise, the resolution of every other ratio of the run.
+    "plain-again": (False, None),
     "tfagents": (True, None),
     "every1": (False, {"every_n_steps": 1, "histogram_every_n_steps": 1}),
     "every100": (False, EVERY100),
