@@ -369,6 +369,26 @@ def lean_train_function(model: Any, step: Callable) -> Callable | None:
     return current().lean_train_function(model, step)
 
 
+def compile_aside(functions: Sequence[Any], on_cpu: bool = False) -> Any:
+    """On JAX, where each of `functions` is a `lean_train_function` and JAX
+    computes on an accelerator (or `on_cpu`), a `jax.Aside` that compiles
+    them on a thread of their own; None elsewhere (each is compiled at its
+    first call, on the training thread).
+
+    Example:
+
+    >>> compile_aside([idle, due])  # doctest: +SKIP
+    """
+    if keras.backend.backend() != "jax" or not functions:
+        return None
+    if not all(hasattr(f, "lean_step") for f in functions):
+        return None
+    module = current()
+    if not on_cpu and not module.on_accelerator():
+        return None
+    return module.Aside(functions)
+
+
 def trainer_values(model: Any, key: str) -> list | None:
     """The live values that Keras's JAX trainer holds for `model` under
     `key` ("trainable_variables", "non_trainable_variables",

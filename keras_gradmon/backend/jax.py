@@ -4,7 +4,8 @@ have static shapes; there is no sparse gradient to densify)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -15,6 +16,7 @@ import numpy as np
 from keras import ops
 
 __all__ = [
+    "Aside",
     "LeanStep",
     "barrier",
     "bincount",
@@ -24,6 +26,7 @@ __all__ = [
     "global_norm",
     "lean_train_function",
     "num_elements",
+    "on_accelerator",
     "update_if",
 ]
 
@@ -349,8 +352,7 @@ class LeanStep:
 
     def __call__(self, state: Sequence, data: Any) -> tuple:
         if self.held is None:
-            self._trace = _trace(self._step, state, data)
-            self.held = _held(self._trace, state)
+            self._find_held(state, data)
         if not self.held:
             return self._full(state, data)
         trainable, non_trainable, optimizer, metrics = state
@@ -359,6 +361,26 @@ class LeanStep:
             (trainable, non_trainable, kept, metrics), data
         )
         return logs, (trainable, non_trainable, self._merged(kept, optimizer), metrics)
+
+    def prepare(self, state: Sequence, data: Any, lock: Any) -> None:
+        """Traces and compiles the step for `state` and `data` (arrays or
+        `jax.ShapeDtypeStruct`s) without running it, holding `lock` while
+        it traces: a later call with arrays of those shapes compiles
+        nothing (JAX caches the trace, the lowering and the executable)."""
+        with lock:
+            if self.held is None:
+                self._find_held(state, data)
+            if not self.held:
+                lowered = self._full.lower(state, data)
+            else:
+                trainable, non_trainable, optimizer, metrics = state
+                lean = (trainable, non_trainable, self._kept(optimizer), metrics)
+                lowered = self._lean.lower(lean, data)
+        lowered.compile()
+
+    def _find_held(self, state: Sequence, data: Any) -> None:
+        trace = _trace(self._step, state, data)
+        self._trace, self.held = trace, _held(trace, state)
 
     def _without_held(self, state: Sequence, data: Any) -> tuple:
         trainable, non_trainable, kept, metrics = state
@@ -404,3 +426,104 @@ def lean_train_function(model: Any, step: Callable) -> Callable | None:
     function = model._make_function(lean)
     function.lean_step = lean  # what it runs, for inspection
     return function
+
+
+def on_accelerator() -> bool:
+    """Whether JAX computes on an accelerator (its default backend is not
+    the CPU).
+
+    Example:
+
+    >>> on_accelerator() in (True, False)
+    True
+    """
+    return jax.default_backend() != "cpu"
+
+
+def _shapes(tree: Any) -> Any:
+    """`tree` with each array as its `jax.ShapeDtypeStruct`."""
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tree)
+
+
+class _Drawn(Iterator):
+    """The batches of one call of a train function, keeping the shapes of
+    the first one drawn."""
+
+    def __init__(self, batches: Iterator) -> None:
+        self._batches = batches
+        self.shapes: Any = None
+
+    def __next__(self) -> Any:
+        data = next(self._batches)
+        if self.shapes is None:
+            self.shapes = _shapes(data)
+        return data
+
+
+class Aside:
+    """Compiles train functions made over `LeanStep`s on a thread of their
+    own, as a tiered JIT compiles its optimized code: for the shapes of one
+    call (`watch`) of the train function that runs meanwhile. The thread
+    holds `tracing` while it traces (Keras's and the monitor's Python, which
+    a train function's first call for new shapes also runs: the caller holds
+    it around such calls), not while XLA compiles. An error there is kept
+    (`error`), not raised: the function's own first call then traces and
+    compiles it, as without this, and raises what it raises.
+
+    Example:
+
+    >>> aside = Aside([idle, due])  # doctest: +SKIP
+    >>> logs, state = measuring(*aside.watch((state, batches)))  # doctest: +SKIP
+    >>> aside.ready()  # doctest: +SKIP
+    False
+    """
+
+    def __init__(self, functions: Sequence[Any]) -> None:
+        #: The `LeanStep` of each function (made by `lean_train_function`).
+        self._steps = [f.lean_step for f in functions]
+        self._example: tuple | None = None
+        self._thread: threading.Thread | None = None
+        #: Held while a train step is traced on the thread.
+        self.tracing = threading.Lock()
+        #: What the thread raised, if anything.
+        self.error: BaseException | None = None
+
+    def watch(self, args: tuple) -> tuple:
+        """`args` of a train function's call `(state, batches)`, the batches
+        drawn through a proxy that keeps the first one's shapes (what the
+        thread compiles for); any other `args` as they are."""
+        if len(args) != 2 or not isinstance(args[1], Iterator):
+            return args
+        drawn = _Drawn(args[1])
+        self._example = (_shapes(args[0]), drawn)
+        return args[0], drawn
+
+    def ready(self) -> bool:
+        """Whether every function is compiled (or failed to be): starts the
+        thread at the first ask. True at once where no call was `watch`ed
+        (nothing to compile for: each function's first call compiles it)."""
+        if self._thread is None:
+            if self._example is None or self._example[1].shapes is None:
+                return True
+            state, drawn = self._example
+            self._example = None  # not the batches: their shapes
+            self._thread = threading.Thread(
+                target=self._compile,
+                args=(state, drawn.shapes),
+                name="keras_gradmon-compile",
+                daemon=False,  # Python's exit waits for XLA, not the reverse
+            )
+            self._thread.start()
+        return not self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Waits for the thread (if started)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _compile(self, state: Any, data: Any) -> None:
+        try:
+            for step in self._steps:
+                step.prepare(state, data, self.tracing)
+        except Exception as error:  # the function's first call redoes it
+            self.error = error

@@ -4,14 +4,17 @@ one that measures copies the weights its untaken branch reads. Checked on
 XLA's optimized HLO, as jitted by Keras's trainer (`donate_argnums=0`)."""
 
 import re
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
 import keras
 import numpy as np
+import pytest
 
 import keras_gradmon
-from keras_gradmon.backend.jax import LeanStep
+from keras_gradmon.backend.jax import Aside, LeanStep
 from keras_gradmon.programs import Programs
 from keras_gradmon.schedule import measuring
 from tests.reference import load_events, scalar_series
@@ -87,6 +90,7 @@ def test_fit_runs_the_idle_program_and_records_the_due_steps(tmp_path, monkeypat
     # the due one at 5, 10, 15; step 8, the second epoch's first, is idle.
     programs = Programs.made_for(model)
     assert programs.calls == {"measuring": 1, "due": 3, "idle": 12}
+    assert programs.aside is None  # on the CPU: each compiled at its first call
     # The idle program takes none of the monitor's state arrays.
     inner = len(optimizer.inner_optimizer.variables)
     own = range(inner, len(optimizer.variables))
@@ -124,3 +128,78 @@ def test_held_are_the_optimizer_variables_a_step_neither_reads_nor_changes():
     assert traces == [()]
     logs, _ = lean(state(), jnp.ones(2))
     assert traces == [(), (2,)] and logs["loss"].tolist() == [4.0, 4.0]
+
+
+def test_the_idle_and_due_programs_compile_off_the_training_thread(
+    tmp_path, monkeypatch
+):
+    """At the default patience the measuring program runs until the others
+    are compiled, on a thread of their own (by default only where JAX
+    computes on an accelerator): the steps after the switch compile nothing
+    on the training thread, and record what they would."""
+    monkeypatch.setattr(Programs, "compile_aside_on_cpu", True)
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(threading.current_thread().name)
+
+    x, y = _data()
+    plain = _model(keras.optimizers.Adam(1e-2))
+    plain.fit(x, y, batch_size=32, epochs=3, verbose=0)
+    optimizer = keras_gradmon.GradientMonitorOptimizer(
+        keras.optimizers.Adam(1e-2), every_n_steps=5
+    )
+    model = _model(optimizer)
+    callback = keras_gradmon.GradientMonitorCallback(str(tmp_path), alerts=False)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        model.fit(x, y, batch_size=32, verbose=0, callbacks=[callback])
+        programs = Programs.made_for(model)
+        assert programs.calls["idle"] == programs.calls["due"] == 0
+        time.sleep(max(programs.idle_from - time.monotonic(), 0.0))
+        first = len(compiles)
+        # Asked at the first call: the thread starts; the steps go on measuring.
+        model.fit(x, y, batch_size=32, verbose=0, callbacks=[callback])
+        programs.aside.join()
+        assert programs.aside.error is None
+        before = dict(programs.calls)
+        model.fit(x, y, batch_size=32, verbose=0, callbacks=[callback])
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    # Steps 16 to 23: 20 due, the rest idle but the fit's first call.
+    calls = {k: v - before[k] for k, v in programs.calls.items()}
+    assert calls == {"measuring": 1, "due": 1, "idle": 6}
+    # The idle and due programs, each compiled once, neither on this thread.
+    assert compiles[first:] == ["keras_gradmon-compile"] * 2
+    events = load_events(str(tmp_path))
+    assert sorted(scalar_series(events, "grad_norm/global")) == [0, 5, 10, 15, 20]
+    for want, got in zip(plain.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_compile_aside_that_fails_leaves_it_to_the_first_call():
+    def step(state, data):
+        if data.shape == (3,):
+            raise ValueError("no batch of 3")
+        return {"loss": data.sum()}, state
+
+    lean = LeanStep(step)
+
+    def function(state, batches):
+        return lean(state, next(batches))
+
+    function.lean_step = lean
+    aside = Aside([function])
+    state = ([jnp.ones(2)], [], [jnp.zeros(())], [])
+    assert aside.watch((state, 7)) == (state, 7)  # no batches: left alone
+    assert aside.ready()  # nothing to compile for: each at its first call
+    watched = aside.watch((state, iter([jnp.ones(3)])))
+    next(watched[1])  # what the call it watches draws
+    aside.ready()  # the thread starts at the first ask
+    aside.join()
+    assert aside.ready() and isinstance(aside.error, ValueError)
+    with pytest.raises(ValueError, match="no batch of 3"):
+        function(state, iter([jnp.ones(3)]))
+    logs, _ = function(state, iter([jnp.ones(4)]))
+    assert float(logs["loss"]) == 4.0
