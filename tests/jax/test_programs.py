@@ -73,17 +73,24 @@ def test_a_step_with_nothing_due_copies_no_weight_the_unwrapped_step_does_not():
     assert sorted(set(measuring_copies)) == sorted(WEIGHT_SHAPES)
 
 
-def test_fit_runs_the_idle_program_and_records_the_due_steps(tmp_path, monkeypatch):
-    # From the second call (by default, once the run has lasted its compile).
-    monkeypatch.setattr(Programs, "patience", 0.0)
+def _plain_and_monitored(log_dir, epochs: int) -> tuple:
+    """The data, a plain model fitted `epochs` epochs, and a model of the
+    same weights monitored every 5 steps, with its callback (not fitted)."""
     x, y = _data()
     plain = _model(keras.optimizers.Adam(1e-2))
-    plain.fit(x, y, batch_size=32, epochs=2, verbose=0)
+    plain.fit(x, y, batch_size=32, epochs=epochs, verbose=0)
     optimizer = keras_gradmon.GradientMonitorOptimizer(
         keras.optimizers.Adam(1e-2), every_n_steps=5
     )
-    model = _model(optimizer)
-    callback = keras_gradmon.GradientMonitorCallback(str(tmp_path), alerts=False)
+    callback = keras_gradmon.GradientMonitorCallback(str(log_dir), alerts=False)
+    return x, y, plain, _model(optimizer), callback
+
+
+def test_fit_runs_the_idle_program_and_records_the_due_steps(tmp_path, monkeypatch):
+    # From the second call (by default, once the run has lasted its compile).
+    monkeypatch.setattr(Programs, "patience", 0.0)
+    x, y, plain, model, callback = _plain_and_monitored(tmp_path, epochs=2)
+    optimizer = model.optimizer
     model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[callback])
     # 16 steps: 0, 5, 10, 15 due: the measuring program at 0 (also
     # histograms; the first call, which measures the steps a batch takes),
@@ -144,14 +151,7 @@ def test_the_idle_and_due_programs_compile_off_the_training_thread(
         if event == "/jax/core/compile/backend_compile_duration":
             compiles.append(threading.current_thread().name)
 
-    x, y = _data()
-    plain = _model(keras.optimizers.Adam(1e-2))
-    plain.fit(x, y, batch_size=32, epochs=3, verbose=0)
-    optimizer = keras_gradmon.GradientMonitorOptimizer(
-        keras.optimizers.Adam(1e-2), every_n_steps=5
-    )
-    model = _model(optimizer)
-    callback = keras_gradmon.GradientMonitorCallback(str(tmp_path), alerts=False)
+    x, y, plain, model, callback = _plain_and_monitored(tmp_path, epochs=3)
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
         model.fit(x, y, batch_size=32, verbose=0, callbacks=[callback])
