@@ -441,8 +441,12 @@ def on_accelerator() -> bool:
 
 
 def _shapes(tree: Any) -> Any:
-    """`tree` with each array as its `jax.ShapeDtypeStruct`."""
-    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tree)
+    """`tree` with each array as its `jax.ShapeDtypeStruct`; None where a
+    leaf is no array (nothing is then compiled aside)."""
+    try:
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tree)
+    except (AttributeError, TypeError):
+        return None
 
 
 class _Drawn(Iterator):
@@ -503,7 +507,8 @@ class Aside:
         thread at the first ask. True at once where no call was `watch`ed
         (nothing to compile for: each function's first call compiles it)."""
         if self._thread is None:
-            if self._example is None or self._example[1].shapes is None:
+            example = self._example
+            if example is None or example[0] is None or example[1].shapes is None:
                 return True
             state, drawn = self._example
             self._example = None  # not the batches: their shapes

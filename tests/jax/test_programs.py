@@ -194,6 +194,9 @@ def test_a_compile_aside_that_fails_leaves_it_to_the_first_call():
     state = ([jnp.ones(2)], [], [jnp.zeros(())], [])
     assert aside.watch((state, 7)) == (state, 7)  # no batches: left alone
     assert aside.ready()  # nothing to compile for: each at its first call
+    watched = aside.watch((state, iter([("a string", 1)])))
+    assert next(watched[1]) == ("a string", 1)  # no arrays: drawn as they are
+    assert aside.ready() and aside.error is None  # and nothing compiled aside
     watched = aside.watch((state, iter([jnp.ones(3)])))
     next(watched[1])  # what the call it watches draws
     aside.ready()  # the thread starts at the first ask
