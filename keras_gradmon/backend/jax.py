@@ -362,21 +362,19 @@ class LeanStep:
         )
         return logs, (trainable, non_trainable, self._merged(kept, optimizer), metrics)
 
-    def prepare(self, state: Sequence, data: Any, lock: Any) -> None:
-        """Traces and compiles the step for `state` and `data` (arrays or
-        `jax.ShapeDtypeStruct`s) without running it, holding `lock` while
-        it traces: a later call with arrays of those shapes compiles
-        nothing (JAX caches the trace, the lowering and the executable)."""
-        with lock:
-            if self.held is None:
-                self._find_held(state, data)
-            if not self.held:
-                lowered = self._full.lower(state, data)
-            else:
-                trainable, non_trainable, optimizer, metrics = state
-                lean = (trainable, non_trainable, self._kept(optimizer), metrics)
-                lowered = self._lean.lower(lean, data)
-        lowered.compile()
+    def lower(self, state: Sequence, data: Any) -> Any:
+        """The program a call with `state` and `data` (arrays or
+        `jax.ShapeDtypeStruct`s) runs, traced and lowered, not run: once
+        its `compile()` is done, a call with arrays of those shapes
+        compiles nothing (JAX caches the trace, the lowering and the
+        executable)."""
+        if self.held is None:
+            self._find_held(state, data)
+        if not self.held:
+            return self._full.lower(state, data)
+        trainable, non_trainable, optimizer, metrics = state
+        lean = (trainable, non_trainable, self._kept(optimizer), metrics)
+        return self._lean.lower(lean, data)
 
     def _find_held(self, state: Sequence, data: Any) -> None:
         trace = _trace(self._step, state, data)
@@ -490,7 +488,7 @@ class Aside:
         #: Held while a train step is traced on the thread.
         self.tracing = threading.Lock()
         #: What the thread raised, if anything.
-        self.error: BaseException | None = None
+        self.error: Exception | None = None
 
     def watch(self, args: tuple) -> tuple:
         """`args` of a train function's call `(state, batches)`, the batches
@@ -507,11 +505,10 @@ class Aside:
         thread at the first ask. True at once where no call was `watch`ed
         (nothing to compile for: each function's first call compiles it)."""
         if self._thread is None:
-            example = self._example
+            example, self._example = self._example, None  # not the batches
             if example is None or example[0] is None or example[1].shapes is None:
                 return True
-            state, drawn = self._example
-            self._example = None  # not the batches: their shapes
+            state, drawn = example
             self._thread = threading.Thread(
                 target=self._compile,
                 args=(state, drawn.shapes),
@@ -529,6 +526,8 @@ class Aside:
     def _compile(self, state: Any, data: Any) -> None:
         try:
             for step in self._steps:
-                step.prepare(state, data, self.tracing)
+                with self.tracing:
+                    lowered = step.lower(state, data)
+                lowered.compile()  # XLA's part: the training thread runs on
         except Exception as error:  # the function's first call redoes it
             self.error = error
